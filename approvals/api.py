@@ -1,0 +1,447 @@
+"""Agent API for proposals: submit, read (long-poll), approve/reject, capabilities."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit.services import actor_label, record
+from console.api_errors import ApiError, get_or_404
+from console.roles import is_agent, is_reviewer
+from executions import sessions
+from executions.actions import catalog
+from executions.choices import TERMINAL as EXECUTION_TERMINAL
+from executions.models import SandboxSession
+from executions.sandboxes.status import sandbox_status
+from executions.tasks import open_session as open_session_task
+
+from . import services
+from .choices import ProposalStatus
+from .models import Decision, Proposal
+
+STATUS_FOR = {
+    "unknown_action": 400,
+    "validation_error": 400,
+    "permission_denied": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "idempotency_conflict": 409,
+}
+WAIT_POLL_SECONDS = 0.05
+
+
+class DecisionSerializer(serializers.ModelSerializer):
+    reviewer = serializers.CharField(source="reviewer.get_username")
+
+    class Meta:
+        model = Decision
+        fields = ["reviewer", "kind", "comment", "created_at"]
+
+
+class RiskSerializer(serializers.Serializer):
+    score = serializers.IntegerField()
+    reasons = serializers.ListField(child=serializers.CharField())
+
+
+class ProposalSerializer(serializers.ModelSerializer):
+    agent = serializers.CharField(source="agent.name")
+    risk = serializers.SerializerMethodField()
+    approvals = serializers.IntegerField(source="approvals_count")
+    approvals_remaining = serializers.IntegerField()
+    execution_id = serializers.IntegerField(allow_null=True)
+    execution_status = serializers.SerializerMethodField()
+    decisions = DecisionSerializer(many=True)
+
+    class Meta:
+        model = Proposal
+        fields = [
+            "id",
+            "status",
+            "agent",
+            "action",
+            "parameters",
+            "summary",
+            "reason",
+            "urgency",
+            "idempotency_key",
+            "risk",
+            "decision_path",
+            "policy_version",
+            "required_approvals",
+            "approvals",
+            "approvals_remaining",
+            "decisions",
+            "execution_id",
+            "execution_status",
+            "created_at",
+            "expires_at",
+            "decided_at",
+        ]
+
+    def get_risk(self, proposal: Proposal) -> dict:
+        return {"score": proposal.risk_score, "reasons": proposal.risk_reasons}
+
+    def get_execution_status(self, proposal: Proposal) -> str | None:
+        return proposal.execution.status if proposal.execution_id else None
+
+
+def _raise(exc: services.ProposalError):
+    raise ApiError(STATUS_FOR.get(exc.kind, 400), exc.kind, exc.message) from None
+
+
+def visible_proposals(user):
+    queryset = Proposal.objects.select_related("agent", "execution").prefetch_related(
+        "decisions__reviewer"
+    )
+    if is_agent(user):
+        return queryset.filter(agent=user.agent)
+    if is_reviewer(user):
+        return queryset
+    raise ApiError(403, "permission_denied", "only reviewers and agents can read proposals")
+
+
+def _fingerprint(proposal_id: int) -> tuple:
+    return tuple(
+        Proposal.objects.filter(pk=proposal_id)
+        .values_list("status", "approvals_count", "execution_id", "execution__status")
+        .first()
+        or ()
+    )
+
+
+def _settled(fingerprint: tuple) -> bool:
+    """Whether a proposal has reached its end: decided against, or its execution finished."""
+    status, _, _, execution_status = fingerprint or (None, 0, None, None)
+    if status in (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED):
+        return True
+    return execution_status in EXECUTION_TERMINAL
+
+
+class ProposalCreate(APIView):
+    @extend_schema(
+        request=services.EnvelopeSerializer,
+        responses={201: ProposalSerializer, 200: ProposalSerializer},
+        summary="Propose an action",
+        description="The same idempotency key returns the original proposal (200).",
+    )
+    def post(self, request):
+        if not is_agent(request.user):
+            raise ApiError(403, "permission_denied", "only agent tokens can propose actions")
+        try:
+            submission = services.submit(request.user.agent, request.data)
+        except services.ProposalError as exc:
+            _raise(exc)
+        proposal = visible_proposals(request.user).get(pk=submission.proposal.pk)
+        code = status.HTTP_201_CREATED if submission.created else status.HTTP_200_OK
+        return Response(ProposalSerializer(proposal).data, status=code)
+
+
+class ProposalDetail(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "wait",
+                int,
+                description=f"block up to this many seconds (≤ {settings.LONG_POLL_MAX_SECONDS}) "
+                "for a change of status, approvals or execution status; a proposal that has "
+                "reached its end (denied, rejected, expired, or its execution finished) "
+                "answers at once",
+            )
+        ],
+        responses=ProposalSerializer,
+        summary="Read a proposal",
+    )
+    def get(self, request, pk: int):
+        proposal = get_or_404(visible_proposals(request.user), pk, "proposal")
+        wait = _wait_seconds(request)
+        if wait:
+            self._wait_for_change(proposal.pk, wait)
+            proposal = visible_proposals(request.user).get(pk=pk)
+        return Response(ProposalSerializer(proposal).data)
+
+    @staticmethod
+    def _wait_for_change(proposal_id: int, wait: float) -> None:
+        seen = _fingerprint(proposal_id)
+        if _settled(seen):
+            return  # nothing will change any more: answer at once
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            time.sleep(min(WAIT_POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+            if _fingerprint(proposal_id) != seen:
+                return
+
+
+def _wait_seconds(request) -> float:
+    raw = request.query_params.get("wait")
+    if raw in (None, ""):
+        return 0
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise ApiError(
+            400, "validation_error", f"wait must be a number of seconds, got {raw!r}"
+        ) from None
+    if not 0 <= wait <= settings.LONG_POLL_MAX_SECONDS:
+        raise ApiError(
+            400, "validation_error", f"wait must be between 0 and {settings.LONG_POLL_MAX_SECONDS}"
+        )
+    return wait
+
+
+class CommentSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=4000, allow_blank=True, default="")
+
+
+class _DecisionView(APIView):
+    kind = ""
+
+    def post(self, request, pk: int):
+        if is_agent(request.user):
+            raise ApiError(403, "permission_denied", "agent tokens cannot approve or reject")
+        body = CommentSerializer(data=_object(request))
+        body.is_valid(raise_exception=True)
+        try:
+            services.decide(pk, request.user, self.kind, body.validated_data["comment"])
+        except services.ProposalError as exc:
+            _raise(exc)
+        proposal = visible_proposals(request.user).get(pk=pk)
+        return Response(ProposalSerializer(proposal).data)
+
+
+class ProposalApprove(_DecisionView):
+    kind = "approve"
+
+    @extend_schema(
+        request=CommentSerializer, responses=ProposalSerializer, summary="Approve (reviewers)"
+    )
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+
+class ProposalReject(_DecisionView):
+    kind = "reject"
+
+    @extend_schema(
+        request=CommentSerializer, responses=ProposalSerializer, summary="Reject (reviewers)"
+    )
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+
+def describe_parameters(serializer_class) -> dict:
+    """A compact JSON description of an action's parameters."""
+    described = {}
+    for name, field in serializer_class().fields.items():
+        entry = {
+            "type": type(field).__name__.removesuffix("Field").lower(),
+            "required": field.required,
+        }
+        for attr in ("min_value", "max_value", "max_length"):
+            if getattr(field, attr, None) is not None:
+                entry[attr] = getattr(field, attr)
+        if getattr(field, "choices", None):
+            entry["choices"] = list(field.choices)
+        if not field.required and field.default is not serializers.empty:
+            entry["default"] = field.default
+        described[name] = entry
+    return described
+
+
+# Session management runs no code, so it is not a proposal; executes are.
+SESSION_OPERATIONS = (
+    ("sandbox.create", "POST /api/v1/sandboxes"),
+    ("sandbox.list", "GET /api/v1/sandboxes"),
+    ("sandbox.execute", "POST /api/v1/sandboxes/{id}/execute"),
+    ("sandbox.destroy", "DELETE /api/v1/sandboxes/{id}"),
+)
+
+
+class Capabilities(APIView):
+    @extend_schema(
+        responses=inline_serializer(
+            "Capabilities",
+            {
+                "principal": serializers.CharField(),
+                "capabilities": serializers.ListField(child=serializers.CharField()),
+                "actions": serializers.ListField(child=serializers.DictField()),
+                "sandbox": serializers.DictField(),
+            },
+        ),
+        summary="What this token may propose, and the sandbox in force",
+    )
+    def get(self, request):
+        agent = request.user.agent if is_agent(request.user) else None
+        actions = [
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "base_risk": spec.base_risk,
+                "read_only": spec.read_only,
+                "allowed": agent.capability_for(spec.name) is not None if agent else False,
+                "parameters": describe_parameters(spec.serializer),
+            }
+            for spec in sorted(catalog().values(), key=lambda s: s.name)
+        ]
+        return Response(
+            {
+                "principal": request.user.get_username(),
+                "capabilities": agent.capabilities if agent else [],
+                "reviewer": is_reviewer(request.user),
+                "actions": actions,
+                "sandbox": sandbox_status(),
+                "sessions": [
+                    {
+                        "capability": capability,
+                        "request": request_line,
+                        "allowed": agent.capability_for(capability) is not None if agent else False,
+                    }
+                    for capability, request_line in SESSION_OPERATIONS
+                ],
+            }
+        )
+
+
+# Sandbox sessions: created and destroyed directly (no code runs), every
+# execute is a ``sandbox.execute`` proposal and passes through policy.
+
+SESSION_START_WAIT_SECONDS = 15
+
+
+class SandboxSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SandboxSession
+        fields = [
+            "id",
+            "language",
+            "status",
+            "backend",
+            "worker_host",
+            "executes",
+            "error",
+            "created_at",
+            "last_used_at",
+            "closed_at",
+            "closed_reason",
+        ]
+
+
+class SandboxCreateSerializer(serializers.Serializer):
+    language = serializers.ChoiceField(choices=["python"], default="python")
+
+
+class SandboxExecuteSerializer(serializers.Serializer):
+    code = serializers.CharField(max_length=100_000, trim_whitespace=False)
+    timeout_seconds = serializers.IntegerField(min_value=1, max_value=300, default=30)
+    reason = serializers.CharField(max_length=4000, allow_blank=True, default="")
+    idempotency_key = serializers.CharField(max_length=200, required=False)
+
+
+def _agent_with(request, capability: str):
+    if not is_agent(request.user):
+        raise ApiError(
+            403, "permission_denied", "sandbox sessions belong to agents; use an agent token"
+        )
+    agent = request.user.agent
+    if agent.capability_for(capability) is None:
+        raise ApiError(403, "permission_denied", f"the agent has no capability for {capability}")
+    return agent
+
+
+def _object(request) -> dict:
+    if not isinstance(request.data, dict):
+        raise ApiError(400, "validation_error", "expected a JSON object")
+    return request.data
+
+
+def visible_sessions(user):
+    if is_agent(user):
+        return SandboxSession.objects.filter(owner=actor_label(user.agent))
+    if is_reviewer(user):
+        return SandboxSession.objects.all()
+    raise ApiError(403, "permission_denied", "only agents and reviewers can see sandbox sessions")
+
+
+class Sandboxes(APIView):
+    @extend_schema(responses=SandboxSerializer(many=True), summary="List sandbox sessions")
+    def get(self, request):
+        if is_agent(request.user):
+            _agent_with(request, "sandbox.list")
+        sessions = visible_sessions(request.user).order_by("-created_at")[:200]
+        return Response({"sandboxes": SandboxSerializer(sessions, many=True).data})
+
+    @extend_schema(
+        request=SandboxCreateSerializer,
+        responses={201: SandboxSerializer},
+        summary="Create a persistent sandbox session",
+    )
+    def post(self, request):
+        agent = _agent_with(request, "sandbox.create")
+        body = SandboxCreateSerializer(data=_object(request))
+        body.is_valid(raise_exception=True)
+        session = SandboxSession.objects.create(
+            owner=actor_label(agent), language=body.validated_data["language"]
+        )
+        record(actor_label(agent), "sandbox_session.created", session, language=session.language)
+        open_session_task.apply_async(args=[session.pk], queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+        deadline = time.monotonic() + SESSION_START_WAIT_SECONDS
+        while session.status == SandboxSession.Status.STARTING and time.monotonic() < deadline:
+            time.sleep(WAIT_POLL_SECONDS)
+            session.refresh_from_db()
+        return Response(SandboxSerializer(session).data, status=status.HTTP_201_CREATED)
+
+
+class SandboxDetail(APIView):
+    @extend_schema(responses=SandboxSerializer, summary="Read a sandbox session")
+    def get(self, request, pk: int):
+        return Response(
+            SandboxSerializer(
+                get_or_404(visible_sessions(request.user), pk, "sandbox session")
+            ).data
+        )
+
+    @extend_schema(responses=SandboxSerializer, summary="Destroy a sandbox session")
+    def delete(self, request, pk: int):
+        agent = _agent_with(request, "sandbox.destroy")
+        session = get_or_404(visible_sessions(request.user), pk, "sandbox session")
+        return Response(SandboxSerializer(sessions.destroy(session, actor_label(agent))).data)
+
+
+class SandboxExecute(APIView):
+    @extend_schema(
+        request=SandboxExecuteSerializer,
+        responses={201: ProposalSerializer},
+        summary="Propose an execute in a session (passes through policy like any proposal)",
+    )
+    def post(self, request, pk: int):
+        agent = _agent_with(request, "sandbox.execute")
+        session = get_or_404(visible_sessions(request.user), pk, "sandbox session")
+        if session.status != SandboxSession.Status.ACTIVE:
+            raise ApiError(
+                409, "conflict", f"sandbox session {pk} is {session.status}; create a new session"
+            )
+        body = SandboxExecuteSerializer(data=_object(request))
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        envelope = {
+            "action": "sandbox.execute",
+            "parameters": {
+                "session_id": session.pk,
+                "code": data["code"],
+                "timeout_seconds": data["timeout_seconds"],
+            },
+            "reason": data["reason"],
+        }
+        if data.get("idempotency_key"):
+            envelope["idempotency_key"] = data["idempotency_key"]
+        try:
+            submission = services.submit(agent, envelope)
+        except services.ProposalError as exc:
+            _raise(exc)
+        proposal = visible_proposals(request.user).get(pk=submission.proposal.pk)
+        code = status.HTTP_201_CREATED if submission.created else status.HTTP_200_OK
+        return Response(ProposalSerializer(proposal).data, status=code)

@@ -1,0 +1,48 @@
+from django.db import models
+
+
+class ProposalStatus(models.TextChoices):
+    PENDING = "pending"  # held for reviewers
+    APPROVED = "approved"  # by policy or reviewers; has exactly one execution
+    DENIED = "denied"  # by policy: deny list, missing capability
+    REJECTED = "rejected"  # by a reviewer
+    EXPIRED = "expired"  # nobody decided before the review timeout; counts as a rejection
+
+
+ACTIVE = frozenset({ProposalStatus.PENDING})
+TERMINAL = frozenset(
+    {
+        ProposalStatus.APPROVED,
+        ProposalStatus.DENIED,
+        ProposalStatus.REJECTED,
+        ProposalStatus.EXPIRED,
+    }
+)
+TRANSITIONS = {
+    ProposalStatus.PENDING: frozenset(
+        {ProposalStatus.APPROVED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED}
+    ),
+}
+
+
+class Urgency(models.TextChoices):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+
+class DecisionKind(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class DecisionStep(models.TextChoices):
+    INVALID = "invalid"
+    CAPABILITY = "capability"
+    DENY_LIST = "deny_list"
+    ALLOW_LIST = "allow_list"
+    NOTIFY_LIST = "notify_list"
+    PREVALIDATOR = "prevalidator"
+    RISK = "risk"
+    REVIEW = "review"

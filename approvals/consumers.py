@@ -1,0 +1,125 @@
+"""The reviewers' live console: ``/ws/queue/`` pushes htmx out-of-band fragments.
+
+Every message is HTML for the htmx ws extension: elements with stable ids
+(``#queue-list``, ``#pending-count``, ``#proposal-state``, ``#decide-area``),
+rendered from the same partials the pages include, each marked
+``hx-swap-oob``. The query string says what the page shows:
+
+- ``/ws/queue/?agent=…&action=…&risk=…&q=…`` — the queue with those filters;
+- ``/ws/queue/?proposal=N`` — one proposal's decision panel.
+
+A fresh snapshot goes out on connect, so a browser that reconnects after a
+drop is up to date without replaying anything (the database is the truth).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.http import QueryDict
+from django.template.loader import render_to_string
+
+from console.roles import is_reviewer
+from executions.broadcast import PROPOSALS_GROUP
+
+CLOSE_FORBIDDEN = 4403
+
+
+class QueueConsumer(AsyncWebsocketConsumer):
+    proposal_id: int | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not await database_sync_to_async(is_reviewer)(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.user = user
+        self.params = QueryDict(self.scope.get("query_string", b"").decode("latin-1"))
+        self.proposal_id = _proposal_id(self.scope.get("query_string", b""))
+        await self.accept()
+        await self.channel_layer.group_add(PROPOSALS_GROUP, self.channel_name)
+        await self.push()
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(PROPOSALS_GROUP, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        pass  # one-way: decisions go through the console's forms
+
+    async def proposal_changed(self, event: dict) -> None:
+        if self.proposal_id is None or event.get("proposal_id") == self.proposal_id:
+            await self.push()
+        else:
+            await self.push(badge_only=True)
+
+    async def execution_changed(self, event: dict) -> None:
+        # Only a proposal page shows an execution's status (its link).
+        if self.proposal_id is not None:
+            await self.push()
+
+    async def notification(self, event: dict) -> None:
+        """A notice from ``approvals.notifications``: shown at the top of every console page."""
+        if not isinstance(event.get("proposal_id"), int):
+            return
+        html = await database_sync_to_async(render_to_string)(
+            "console/base.html#notice", {"notice": event, "oob": True}
+        )
+        await self.send(text_data=html)
+
+    async def push(self, badge_only: bool = False) -> None:
+        html = await database_sync_to_async(self.render)(badge_only)
+        if html:
+            await self.send(text_data=html)
+
+    def render(self, badge_only: bool = False) -> str:
+        from .models import Proposal
+
+        parts = [
+            render_to_string(
+                "console/base.html#pending-badge",
+                {"pending_count": Proposal.objects.pending().count(), "oob": True},
+            )
+        ]
+        if badge_only:
+            return "".join(parts)
+        if self.proposal_id is None:
+            parts.append(self._render_queue())
+        else:
+            parts.extend(self._render_proposal())
+        return "".join(parts)
+
+    def _render_queue(self) -> str:
+        from .views import queue_context
+
+        return render_to_string(
+            "approvals/queue.html#queue-list", {**queue_context(self.params), "oob": True}
+        )
+
+    def _render_proposal(self) -> list[str]:
+        from .models import Proposal
+        from .views import proposal_context
+
+        proposal = (
+            Proposal.objects.select_related("agent", "execution")
+            .prefetch_related("decisions__reviewer")
+            .filter(pk=self.proposal_id)
+            .first()
+        )
+        if proposal is None:
+            return []
+        context = {**proposal_context(proposal, self.user), "oob": True}
+        parts = [render_to_string("approvals/detail.html#proposal-state", context)]
+        if not proposal.is_pending or context["decided_by_user"]:
+            # The forms go once nothing is left to decide; while it is pending
+            # they stay, so a comment being typed is never wiped.
+            parts.append(render_to_string("approvals/detail.html#decide-area", context))
+        return parts
+
+
+def _proposal_id(query_string: bytes) -> int | None:
+    values = parse_qs(query_string.decode("latin-1")).get("proposal")
+    if not values or not values[0].isdigit():
+        return None
+    return int(values[0])

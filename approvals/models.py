@@ -1,0 +1,228 @@
+from __future__ import annotations
+
+import hashlib
+import secrets
+from fnmatch import fnmatchcase
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from executions.models import Execution
+
+from .choices import ACTIVE, DecisionKind, ProposalStatus, Urgency
+
+TOKEN_PREFIX = "alk_"
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Agent(models.Model):
+    """A program that proposes actions; authenticates with a bearer token stored hashed."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_hint = models.CharField(max_length=12)  # first characters, to recognise a token
+    capabilities = models.JSONField(default=list)  # action-name globs: "script.execute", "docker.*"
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="agents",
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def set_token(self, token: str) -> None:
+        self.token_hash = hash_token(token)
+        self.token_hint = token[:8]
+
+    def capability_for(self, action: str) -> str | None:
+        """The first capability glob that grants ``action``, or None."""
+        return next((glob for glob in self.capabilities if fnmatchcase(action, glob)), None)
+
+
+class UserToken(models.Model):
+    """A reviewer's personal API token (scripts, chat bots), stored hashed."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tokens"
+    )
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_hint = models.CharField(max_length=12)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.token_hint}…"
+
+
+class PolicyVersion(models.Model):
+    """One immutable version of the policy; the newest is in force. Edits add a version."""
+
+    version = models.PositiveIntegerField(unique=True)
+    data = models.JSONField()
+    comment = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-version"]
+
+    def __str__(self) -> str:
+        return f"policy v{self.version}"
+
+
+class ProposalQuerySet(models.QuerySet):
+    def pending(self):
+        return self.filter(status=ProposalStatus.PENDING)
+
+    def review_queue(self):
+        return self.pending().order_by("-risk_score", "created_at")
+
+    def visible_to_agent(self, agent: Agent):
+        return self.filter(agent=agent)
+
+
+class Proposal(models.Model):
+    """An action an agent asked to run, with its risk, the policy decision and its fate."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="proposals")
+    action = models.CharField(max_length=100)
+    parameters = models.JSONField(default=dict)
+    summary = models.CharField(max_length=300, blank=True)
+    reason = models.TextField(blank=True)
+    urgency = models.CharField(max_length=10, choices=Urgency.choices, default=Urgency.NORMAL)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - NULL = no key; unique only when set
+
+    status = models.CharField(max_length=10, choices=ProposalStatus.choices)
+    risk_score = models.PositiveSmallIntegerField(default=0)
+    risk_reasons = models.JSONField(default=list)
+    decision_path = models.JSONField(default=dict)
+    policy_version = models.PositiveIntegerField(default=0)
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    approvals_count = models.PositiveSmallIntegerField(default=0)
+
+    execution = models.OneToOneField(
+        Execution, null=True, blank=True, on_delete=models.PROTECT, related_name="proposal"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    expiry_warned_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ProposalQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="unique_agent_idempotency_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "-risk_score", "created_at"], name="proposal_queue"),
+            models.Index(fields=["-created_at"], name="proposal_recent"),
+            models.Index(fields=["agent", "-created_at"], name="proposal_agent_recent"),
+            models.Index(fields=["action", "-created_at"], name="proposal_action_recent"),
+            models.Index(fields=["status", "expires_at"], name="proposal_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"proposal {self.pk} {self.action} {self.status}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def approvals_remaining(self) -> int:
+        return max(self.required_approvals - self.approvals_count, 0) if self.is_pending else 0
+
+    def is_expired_at(self, when) -> bool:
+        return self.is_pending and self.expires_at is not None and self.expires_at <= when
+
+
+class Decision(models.Model):
+    """A reviewer's approve or reject of a pending proposal; one per reviewer."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="decisions")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    kind = models.CharField(max_length=8, choices=DecisionKind.choices)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["proposal", "reviewer"], name="one_decision_per_reviewer"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} {self.kind} {self.proposal_id}"
+
+
+class Webhook(models.Model):
+    """An HTTP endpoint notified of proposal events, signed with its secret."""
+
+    name = models.CharField(max_length=100)
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, help_text="HMAC-SHA256 key for X-Airlock-Signature")
+    events = models.JSONField(default=list, blank=True, help_text="event kinds; empty = all")
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def wants(self, kind: str) -> bool:
+        return self.is_active and (not self.events or kind in self.events)
+
+
+class WebhookDelivery(models.Model):
+    """One event sent to one webhook, with every attempt's outcome: the delivery log."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"  # not delivered yet; next_attempt_at says when it is tried again
+        DELIVERED = "delivered"  # the endpoint answered 2xx
+        FAILED = "failed"  # every attempt failed; not tried again
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=50)
+    proposal = models.ForeignKey(Proposal, null=True, blank=True, on_delete=models.SET_NULL)
+    body = models.TextField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    response_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["state", "next_attempt_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.event} → {self.webhook} ({self.state})"

@@ -1,0 +1,259 @@
+"""Telling people: notify-list runs, new reviews, approaching expiry and decisions.
+
+``notify(kind, proposal)`` is the one entry point; after commit it hands the
+event to every configured notifier (``NOTIFIERS`` setting). Notifiers share
+one small interface: live in the console, email, signed webhooks. Every
+message links to the proposal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Q
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from console.roles import REVIEWERS_GROUP
+from executions.broadcast import PROPOSALS_GROUP, broadcast
+
+from .models import Proposal, Webhook, WebhookDelivery
+
+log = logging.getLogger(__name__)
+
+KINDS = {
+    "notify_list": "ran from the notify list",
+    "review_requested": "waits for review",
+    "expiry_warning": "expires soon",
+    "decided": "was decided",
+}
+DEFAULT_NOTIFIERS = [
+    "approvals.notifications.ConsoleNotifier",
+    "approvals.notifications.EmailNotifier",
+    "approvals.notifications.WebhookNotifier",
+]
+WEBHOOK_TIMEOUT_SECONDS = 5
+WEBHOOK_MAX_ATTEMPTS = 5
+WEBHOOK_BACKOFF_SECONDS = 10  # 10 s, 20 s, 40 s, 80 s between attempts
+SIGNATURE_HEADER = "X-Airlock-Signature"
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    proposal_id: int
+    status: str
+    action: str
+    agent: str
+    summary: str
+    risk: int
+    url: str
+    at: str
+
+    @property
+    def subject(self) -> str:
+        return f"[Airlock] proposal {self.proposal_id} {KINDS.get(self.kind, self.kind)}: {self.summary}"[
+            :200
+        ]
+
+    @property
+    def text(self) -> str:
+        return (
+            f"Proposal {self.proposal_id} by {self.agent} {KINDS.get(self.kind, self.kind)}.\n"
+            f"Action: {self.action}\nSummary: {self.summary}\nRisk: {self.risk}\n"
+            f"Status: {self.status}\n\n{self.url}\n"
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def proposal_url(proposal_id: int) -> str:
+    try:
+        path = reverse("console:proposal", args=[proposal_id])
+    except NoReverseMatch:
+        path = f"/proposals/{proposal_id}/"
+    return f"{settings.SITE_URL}{path}"
+
+
+def event_for(kind: str, proposal: Proposal) -> Event:
+    return Event(
+        kind=kind,
+        proposal_id=proposal.pk,
+        status=proposal.status,
+        action=proposal.action,
+        agent=proposal.agent.name,
+        summary=proposal.summary,
+        risk=proposal.risk_score,
+        url=proposal_url(proposal.pk),
+        at=timezone.now().isoformat(),
+    )
+
+
+class Notifier(ABC):
+    """Sends one event somewhere. Must not raise for a delivery problem; log it."""
+
+    @abstractmethod
+    def send(self, event: Event) -> None: ...
+
+
+class ConsoleNotifier(Notifier):
+    """A live notice to every reviewer's open console."""
+
+    def send(self, event: Event) -> None:
+        broadcast(PROPOSALS_GROUP, {"type": "notification", **event.as_dict()})
+
+
+class EmailNotifier(Notifier):
+    """Mail to reviewers with an address, and to the agent's owner for decisions."""
+
+    def send(self, event: Event) -> None:
+        recipients = self.recipients(event)
+        if not recipients:
+            return
+        try:
+            send_mail(event.subject, event.text, settings.DEFAULT_FROM_EMAIL, recipients)
+        except Exception:
+            log.exception("notification mail for proposal %s failed", event.proposal_id)
+
+    @staticmethod
+    def recipients(event: Event) -> list[str]:
+        reviewers = Q(is_superuser=True) | Q(groups__name=REVIEWERS_GROUP)
+        if event.kind == "decided":
+            reviewers = Q(agents__name=event.agent)
+        users = get_user_model().objects.filter(reviewers, is_active=True).exclude(email="")
+        return sorted(set(users.values_list("email", flat=True)))
+
+
+class WebhookNotifier(Notifier):
+    """Records a delivery per subscribed webhook and sends it (retried with backoff)."""
+
+    def send(self, event: Event) -> None:
+        body = json.dumps({"event": event.kind, "proposal": event.as_dict()}, sort_keys=True)
+        for webhook in Webhook.objects.filter(is_active=True):
+            if webhook.wants(event.kind):
+                delivery = WebhookDelivery.objects.create(
+                    webhook=webhook, event=event.kind, proposal_id=event.proposal_id, body=body
+                )
+                attempt_delivery(delivery.pk)
+
+
+def sign(secret: str, body: str) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+
+
+def attempt_delivery(delivery_id: int) -> WebhookDelivery:
+    """One attempt; on failure, schedule the next one or give up after the last."""
+    delivery = WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
+    if delivery.state != WebhookDelivery.State.PENDING:
+        return delivery
+    delivery.attempts += 1
+    code, error = _post(delivery)
+    delivery.response_code, delivery.error = code, error
+    if code is not None and 200 <= code < 300:
+        delivery.state, delivery.delivered_at, delivery.next_attempt_at = (
+            "delivered",
+            timezone.now(),
+            None,
+        )
+    elif delivery.attempts >= WEBHOOK_MAX_ATTEMPTS:
+        delivery.state, delivery.next_attempt_at = "failed", None
+    else:
+        delay = WEBHOOK_BACKOFF_SECONDS * 2 ** (delivery.attempts - 1)
+        delivery.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+        _schedule_retry(delivery.pk, delay)
+    delivery.save()
+    return delivery
+
+
+def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
+    request = urllib.request.Request(
+        delivery.webhook.url, data=delivery.body.encode(), method="POST"
+    )
+    request.add_header("Content-Type", "application/json")
+    request.add_header("User-Agent", "Airlock-Webhook/1")
+    request.add_header("X-Airlock-Event", delivery.event)
+    request.add_header("X-Airlock-Delivery", str(delivery.pk))
+    request.add_header(SIGNATURE_HEADER, sign(delivery.webhook.secret, delivery.body))
+    try:
+        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as exc:
+        return exc.code, f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, str(getattr(exc, "reason", exc))[:500]
+
+
+def _schedule_retry(delivery_id: int, delay: int) -> None:
+    from .tasks import deliver_webhook
+
+    try:
+        deliver_webhook.apply_async(args=[delivery_id], countdown=delay)
+    except Exception:  # retry_due_deliveries picks it up from next_attempt_at
+        log.exception("could not schedule webhook retry %s", delivery_id)
+
+
+def retry_due_deliveries() -> int:
+    """Safety net for retries whose scheduled message was lost."""
+    due = WebhookDelivery.objects.filter(state="pending", next_attempt_at__lte=timezone.now())
+    return sum(
+        1 for delivery_id in due.values_list("pk", flat=True) if attempt_delivery(delivery_id)
+    )
+
+
+def notifiers() -> list[Notifier]:
+    return [import_string(path)() for path in getattr(settings, "NOTIFIERS", DEFAULT_NOTIFIERS)]
+
+
+def send(kind: str, proposal_id: int) -> None:
+    """Build the event from the committed proposal and hand it to every notifier."""
+    proposal = Proposal.objects.select_related("agent").get(pk=proposal_id)
+    event = event_for(kind, proposal)
+    for notifier in notifiers():
+        try:
+            notifier.send(event)
+        except Exception:
+            log.exception("%s failed for proposal %s", type(notifier).__name__, proposal_id)
+
+
+def notify(kind: str, proposal: Proposal) -> None:
+    """After commit, send in the background (mail and webhooks must not slow a request)."""
+    from .tasks import send_notifications
+
+    def enqueue() -> None:
+        try:
+            send_notifications.delay(kind, proposal.pk)
+        except Exception:
+            log.exception("could not enqueue %s notification for proposal %s", kind, proposal.pk)
+
+    transaction.on_commit(enqueue)
+
+
+def warn_expiring(now=None) -> int:
+    """Warn once about pending proposals within the last fifth of their review time."""
+    now = now or timezone.now()
+    warned = 0
+    for proposal in Proposal.objects.pending().filter(
+        expiry_warned_at__isnull=True, expires_at__isnull=False
+    ):
+        window = (proposal.expires_at - proposal.created_at) / 5
+        due = proposal.expires_at - window <= now < proposal.expires_at
+        if due and Proposal.objects.filter(pk=proposal.pk, expiry_warned_at__isnull=True).update(
+            expiry_warned_at=now
+        ):
+            notify("expiry_warning", proposal)
+            warned += 1
+    return warned

@@ -1,0 +1,337 @@
+"""The approval cascade: capability → deny list → allow list → notify list → risk.
+
+A policy is an immutable, versioned JSON document (``PolicyVersion``); the
+newest version is in force. ``evaluate`` is a pure function of the policy, the
+agent, the action and its risk, so every proposal can record exactly which
+version and which rule decided it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from fnmatch import fnmatchcase
+
+from django.db import IntegrityError, transaction
+from rest_framework import serializers
+
+from .choices import DecisionStep, ProposalStatus
+from .prevalidators import PreValidation
+
+RULE_KINDS = ("action", "command", "service", "container", "process", "language")
+
+DEFAULT_POLICY = {
+    "deny": [
+        {"kind": "command", "pattern": "rm -rf /*", "note": "wipes the root filesystem"},
+        {"kind": "command", "pattern": "mkfs*", "note": "formats a device"},
+        {"kind": "command", "pattern": "shutdown*", "note": "stops the host"},
+        {"kind": "command", "pattern": "reboot*", "note": "restarts the host"},
+        {"kind": "service", "pattern": "sshd*", "note": "would cut remote access"},
+    ],
+    "allow": [
+        {"kind": "action", "pattern": "docker.inspect_container", "note": "read-only"},
+        {"kind": "action", "pattern": "docker.container_logs", "note": "read-only"},
+        {"kind": "action", "pattern": "host.service_status", "note": "read-only"},
+        {"kind": "command", "pattern": "uptime", "note": "read-only"},
+        {"kind": "command", "pattern": "df -h*", "note": "read-only"},
+        {"kind": "command", "pattern": "free -m", "note": "read-only"},
+    ],
+    "notify": [
+        {
+            "kind": "action",
+            "pattern": "docker.restart_container",
+            "note": "routine, but tell people",
+        },
+    ],
+    "auto_approve_below": 4,
+    "high_risk_at": 7,
+    "high_risk_quorum": 2,
+    "review_timeout_minutes": 60,
+    "script_network": False,
+    "self_approval": False,
+    "use_prevalidator": False,
+    "agent_overrides": {},
+}
+
+# What a per-agent override may change.
+OVERRIDABLE = (
+    "auto_approve_below",
+    "high_risk_at",
+    "high_risk_quorum",
+    "review_timeout_minutes",
+    "script_network",
+)
+
+
+class RuleSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=RULE_KINDS)
+    pattern = serializers.CharField(max_length=500)
+    note = serializers.CharField(max_length=200, allow_blank=True, default="")
+
+
+class OverrideSerializer(serializers.Serializer):
+    auto_approve_below = serializers.IntegerField(min_value=0, max_value=11, required=False)
+    high_risk_at = serializers.IntegerField(min_value=0, max_value=11, required=False)
+    high_risk_quorum = serializers.IntegerField(min_value=1, max_value=10, required=False)
+    review_timeout_minutes = serializers.IntegerField(min_value=1, max_value=10080, required=False)
+    script_network = serializers.BooleanField(required=False)
+
+
+class PolicySerializer(serializers.Serializer):
+    """Validates a whole policy document; what the editor and the admin save."""
+
+    deny = RuleSerializer(many=True, default=list)
+    allow = RuleSerializer(many=True, default=list)
+    notify = RuleSerializer(many=True, default=list)
+    auto_approve_below = serializers.IntegerField(
+        min_value=0,
+        max_value=11,
+        help_text="scores below this run at once (0 = never, 11 = always)",
+    )
+    high_risk_at = serializers.IntegerField(
+        min_value=0, max_value=11, help_text="scores at or above this need the quorum"
+    )
+    high_risk_quorum = serializers.IntegerField(min_value=1, max_value=10)
+    review_timeout_minutes = serializers.IntegerField(min_value=1, max_value=10080)
+    script_network = serializers.BooleanField(help_text="scripts may ask for network access")
+    self_approval = serializers.BooleanField(
+        help_text="the owner of an agent may approve its proposals"
+    )
+    use_prevalidator = serializers.BooleanField(
+        default=False, help_text="ask the configured pre-validator; if it fails, a person decides"
+    )
+    agent_overrides = serializers.DictField(child=OverrideSerializer(), default=dict)
+
+    def validate(self, data: dict) -> dict:
+        if data["high_risk_at"] < data["auto_approve_below"]:
+            raise serializers.ValidationError(
+                "the high-risk threshold must not be below the auto-approve threshold"
+            )
+        return data
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A glob over one kind of target (an action name, a host command, a service, …)."""
+
+    kind: str
+    pattern: str
+    note: str = ""
+
+    def matches(self, action: str, targets: dict[str, str]) -> bool:
+        value = action if self.kind == "action" else targets.get(self.kind)
+        return value is not None and fnmatchcase(value, self.pattern)
+
+    def label(self) -> str:
+        return f"{self.kind}:{self.pattern}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The policy in force, parsed from a ``PolicyVersion``."""
+
+    version: int
+    deny: tuple[Rule, ...] = ()
+    allow: tuple[Rule, ...] = ()
+    notify: tuple[Rule, ...] = ()
+    auto_approve_below: int = 4
+    high_risk_at: int = 7
+    high_risk_quorum: int = 2
+    review_timeout_minutes: int = 60
+    script_network: bool = False
+    self_approval: bool = False
+    use_prevalidator: bool = False
+    agent_overrides: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_data(cls, version: int, data: dict) -> Policy:
+        lists = {
+            name: tuple(Rule(**rule) for rule in data.get(name, []))
+            for name in ("deny", "allow", "notify")
+        }
+        scalars = {
+            key: data[key]
+            for key in (
+                "auto_approve_below",
+                "high_risk_at",
+                "high_risk_quorum",
+                "review_timeout_minutes",
+                "script_network",
+                "self_approval",
+                "use_prevalidator",
+                "agent_overrides",
+            )
+            if key in data
+        }
+        return cls(version=version, **lists, **scalars)
+
+    def as_data(self) -> dict:
+        """The policy as the JSON document it was parsed from."""
+        data = json.loads(json.dumps(asdict(self)))
+        data.pop("version")
+        return data
+
+    def for_agent(self, agent_name: str) -> Policy:
+        """This policy with the agent's overrides applied."""
+        override = {
+            k: v for k, v in self.agent_overrides.get(agent_name, {}).items() if k in OVERRIDABLE
+        }
+        return replace(self, **override) if override else self
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the cascade decided and why."""
+
+    status: ProposalStatus
+    step: DecisionStep
+    reason: str
+    rule: str | None = None
+    required_approvals: int = 0
+    notify: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def decision_path(self, policy_version: int) -> dict:
+        return {
+            "step": self.step.value,
+            "rule": self.rule,
+            "reason": self.reason,
+            "policy_version": policy_version,
+            "notify": self.notify,
+            **self.extra,
+        }
+
+
+def current_policy() -> Policy:
+    from .models import PolicyVersion
+
+    latest = PolicyVersion.objects.order_by("-version").first()
+    if latest is None:
+        try:
+            with transaction.atomic():
+                latest = PolicyVersion.objects.create(
+                    version=1, data=DEFAULT_POLICY, comment="default policy"
+                )
+        except IntegrityError:  # another process created it first
+            latest = PolicyVersion.objects.order_by("-version").first()
+    return Policy.from_data(latest.version, latest.data)
+
+
+def _first_match(rules: tuple[Rule, ...], action: str, targets: dict[str, str]) -> Rule | None:
+    return next((rule for rule in rules if rule.matches(action, targets)), None)
+
+
+def evaluate(
+    policy: Policy,
+    *,
+    action: str,
+    targets: dict[str, str],
+    capability: str | None,
+    risk_score: int,
+    wants_network: bool = False,
+    prevalidate: Callable[[], PreValidation] | None = None,
+) -> Outcome:
+    """Run the cascade; first match wins."""
+    if capability is None:
+        return Outcome(
+            ProposalStatus.DENIED,
+            DecisionStep.CAPABILITY,
+            f"the agent has no capability for {action}",
+        )
+    if wants_network and not policy.script_network:
+        return Outcome(
+            ProposalStatus.DENIED,
+            DecisionStep.DENY_LIST,
+            "policy does not allow scripts to use the network",
+            rule="script_network",
+        )
+    for rules, status, step, listed in (
+        (policy.deny, ProposalStatus.DENIED, DecisionStep.DENY_LIST, "on the deny list"),
+        (policy.allow, ProposalStatus.APPROVED, DecisionStep.ALLOW_LIST, "on the allow list"),
+        (policy.notify, ProposalStatus.APPROVED, DecisionStep.NOTIFY_LIST, "on the notify list"),
+    ):
+        if rule := _first_match(rules, action, targets):
+            notify = step == DecisionStep.NOTIFY_LIST
+            return Outcome(status, step, rule.note or listed, rule.label(), notify=notify)
+    if policy.use_prevalidator and prevalidate is not None:
+        return _with_prevalidator(policy, risk_score, prevalidate())
+    return _by_score(policy, risk_score)
+
+
+def _by_score(policy: Policy, risk_score: int, extra: dict | None = None) -> Outcome:
+    extra = extra or {}
+    if risk_score < policy.auto_approve_below:
+        return Outcome(
+            ProposalStatus.APPROVED,
+            DecisionStep.RISK,
+            f"risk {risk_score} is below the auto-approve threshold {policy.auto_approve_below}",
+            extra=extra,
+        )
+    required = _required_approvals(policy, risk_score)
+    reason = (
+        f"risk {risk_score} is at or above the high-risk threshold {policy.high_risk_at}: "
+        f"{required} reviewers must approve"
+        if required > 1
+        else f"risk {risk_score} needs a reviewer (auto-approve below {policy.auto_approve_below})"
+    )
+    return Outcome(
+        ProposalStatus.PENDING,
+        DecisionStep.REVIEW,
+        reason,
+        required_approvals=required,
+        extra=extra,
+    )
+
+
+def _required_approvals(policy: Policy, risk_score: int) -> int:
+    return max(policy.high_risk_quorum, 1) if risk_score >= policy.high_risk_at else 1
+
+
+def _with_prevalidator(policy: Policy, static_score: int, verdict) -> Outcome:
+    """The pre-validator can only raise the score; when it fails, a person decides."""
+    extra = {"prevalidator": verdict.as_dict()}
+    if not verdict.ok or verdict.score is None:
+        return Outcome(
+            ProposalStatus.PENDING,
+            DecisionStep.PREVALIDATOR,
+            f"the pre-validator gave no verdict ({verdict.reason}); a person decides",
+            required_approvals=_required_approvals(policy, static_score),
+            extra=extra,
+        )
+    return _by_score(policy, max(static_score, verdict.score), extra)
+
+
+def update_policy(data: object, user=None, comment: str = ""):
+    """Validate a whole policy document and put it in force as a new, audited version."""
+    from audit.services import actor_label, record
+
+    from .models import PolicyVersion
+
+    serializer = PolicySerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    document = json.loads(json.dumps(serializer.validated_data))
+    with transaction.atomic():
+        previous = current_policy()
+        version = PolicyVersion.objects.create(
+            version=previous.version + 1, data=document, comment=comment[:500], created_by=user
+        )
+        record(
+            actor_label(user),
+            "policy.updated",
+            version,
+            version=version.version,
+            previous=previous.version,
+            comment=comment,
+            changes=diff(previous.as_data(), document),
+        )
+    return version
+
+
+def diff(before: dict, after: dict) -> dict:
+    """Top-level keys whose value changed: {key: [before, after]}."""
+    return {
+        key: [before.get(key), after.get(key)]
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    }

@@ -1,0 +1,26 @@
+"""Celery tasks: take a primary key, reload, check state, call one service."""
+
+from celery import shared_task
+
+from . import notifications, services
+
+
+@shared_task(name="approvals.tasks.expire_pending", ignore_result=True)
+def expire_pending() -> dict:
+    """Periodic: warn about proposals close to expiry, expire those past it."""
+    return {"warned": notifications.warn_expiring(), "expired": services.expire_pending()}
+
+
+@shared_task(name="approvals.tasks.send_notifications", ignore_result=True)
+def send_notifications(kind: str, proposal_id: int) -> None:
+    notifications.send(kind, proposal_id)
+
+
+@shared_task(name="approvals.tasks.deliver_webhook", ignore_result=True)
+def deliver_webhook(delivery_id: int) -> None:
+    notifications.attempt_delivery(delivery_id)
+
+
+@shared_task(name="approvals.tasks.retry_webhooks", ignore_result=True)
+def retry_webhooks() -> int:
+    return notifications.retry_due_deliveries()

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from . import api
+
+app_name = "approvals-api"
+
+urlpatterns = [
+    path("proposals", api.ProposalCreate.as_view(), name="create"),
+    path("proposals/<int:pk>", api.ProposalDetail.as_view(), name="detail"),
+    path("proposals/<int:pk>/approve", api.ProposalApprove.as_view(), name="approve"),
+    path("proposals/<int:pk>/reject", api.ProposalReject.as_view(), name="reject"),
+    path("capabilities", api.Capabilities.as_view(), name="capabilities"),
+    path("sandboxes", api.Sandboxes.as_view(), name="sandboxes"),
+    path("sandboxes/<int:pk>", api.SandboxDetail.as_view(), name="sandbox"),
+    path("sandboxes/<int:pk>/execute", api.SandboxExecute.as_view(), name="sandbox-execute"),
+]

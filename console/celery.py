@@ -1,0 +1,35 @@
+"""The Celery app. Workers: ``celery -A console worker``."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+app = Celery("airlock")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@app.on_after_finalize.connect
+def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
+    from django.conf import settings
+
+    sender.conf.beat_schedule = {
+        "sweep-executions": {
+            "task": "executions.tasks.sweep",
+            "schedule": float(settings.SWEEP_INTERVAL_SECONDS),
+        },
+        "expire-proposals": {
+            "task": "approvals.tasks.expire_pending",
+            "schedule": 20.0,
+        },
+        "reap-sandboxes": {
+            "task": "executions.tasks.reap_sandboxes",
+            "schedule": 300.0,
+        },
+        "retry-webhooks": {
+            "task": "approvals.tasks.retry_webhooks",
+            "schedule": 60.0,
+        },
+    }

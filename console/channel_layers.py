@@ -1,0 +1,101 @@
+"""A channel layer for the embedded deployment: processes that share only the database.
+
+Delivery inside a process is the in-memory layer's. A ``group_send`` is also
+written to a table; each web process polls that table (every ``poll_interval``
+seconds) for messages other processes sent to groups it has members in. It is
+at-most-once like every channel layer: consumers catch up from the database.
+The scale deployment uses channels-redis instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from datetime import timedelta
+
+from asgiref.sync import sync_to_async
+from channels.layers import InMemoryChannelLayer
+
+log = logging.getLogger(__name__)
+
+
+class DatabaseChannelLayer(InMemoryChannelLayer):
+    def __init__(self, expiry: int = 60, poll_interval: float = 0.05, **kwargs):
+        super().__init__(expiry=expiry, **kwargs)
+        self.poll_interval = poll_interval
+        self.origin = uuid.uuid4().hex
+        self._poller: asyncio.Task | None = None
+        self._last_id: int | None = None
+        self._last_cleanup = 0.0
+
+    async def group_send(self, group: str, message: dict) -> None:
+        # In-memory delivery only works on the loop the local consumers run on;
+        # from any other loop (a worker thread) the message goes through the
+        # table, and this process's own poller delivers it too.
+        local = self._poller is not None and self._poller.get_loop() is asyncio.get_running_loop()
+        if local:
+            await super().group_send(group, message)
+        await sync_to_async(self._store)(group, message, self.origin if local else "")
+
+    def _store(self, group: str, message: dict, origin: str) -> None:
+        from .models import LayerMessage
+
+        LayerMessage.objects.create(group=group, origin=origin, payload=json.dumps(message))
+
+    async def group_add(self, group: str, channel: str) -> None:
+        await super().group_add(group, channel)
+        self._ensure_poller()
+
+    def _ensure_poller(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._poller is None or self._poller.done() or self._poller.get_loop() is not loop:
+            self._poller = loop.create_task(self._poll_forever())
+
+    async def _poll_forever(self) -> None:
+        while self.groups:
+            try:
+                for group, message in await sync_to_async(self._fetch)():
+                    if group in self.groups:
+                        await super().group_send(group, message)
+            except Exception:  # a failed poll must not end live updates for good
+                log.exception("channel layer poll failed")
+            await asyncio.sleep(self.poll_interval)
+
+    def _fetch(self) -> list[tuple[str, dict]]:
+        from .models import LayerMessage
+
+        if self._last_id is None:
+            self._last_id = (
+                LayerMessage.objects.order_by("-id").values_list("id", flat=True).first() or 0
+            )
+        rows = list(
+            LayerMessage.objects.filter(id__gt=self._last_id)
+            .order_by("id")
+            .values_list("id", "group", "origin", "payload")
+        )
+        if rows:
+            self._last_id = rows[-1][0]
+        self._cleanup()
+        return [
+            (group, json.loads(payload))
+            for _, group, origin, payload in rows
+            if origin != self.origin
+        ]
+
+    def _cleanup(self) -> None:
+        from django.utils import timezone
+
+        from .models import LayerMessage
+
+        if time.monotonic() - self._last_cleanup < 10:
+            return
+        self._last_cleanup = time.monotonic()
+        cutoff = timezone.now() - timedelta(seconds=self.expiry)
+        LayerMessage.objects.filter(created_at__lt=cutoff).delete()
+
+    async def flush(self) -> None:
+        await super().flush()
+        self._last_id = None

@@ -1,0 +1,70 @@
+"""/healthz and /metrics: what an operator's probes and Prometheus read."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.db.models import Count, Min
+from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
+
+from approvals.choices import ProposalStatus
+from approvals.models import Proposal
+from executions.choices import ExecutionStatus
+from executions.models import Execution
+from executions.sandboxes.status import sandbox_status
+
+
+def healthz(request):
+    checks = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = {"ok": True, "vendor": connection.vendor}
+    except Exception as exc:
+        checks["database"] = {"ok": False, "error": str(exc)}
+    sandbox = sandbox_status()
+    checks["sandbox"] = sandbox
+    ok = checks["database"]["ok"] and sandbox["ok"]
+    body = {
+        "status": "ok" if ok else "degraded",
+        "checks": checks,
+        "warnings": [w for w in [sandbox["warning"]] if w],
+    }
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+class DatabaseCollector:
+    """Gauges read from the database at scrape time: right across every process."""
+
+    def collect(self):
+        proposals = GaugeMetricFamily("airlock_proposals", "Proposals by status", labels=["status"])
+        counts = dict(Proposal.objects.values_list("status").annotate(n=Count("id")))
+        for status in ProposalStatus.values:
+            proposals.add_metric([status], counts.get(status, 0))
+        yield proposals
+        executions = GaugeMetricFamily(
+            "airlock_executions", "Executions by status", labels=["status"]
+        )
+        counts = dict(Execution.objects.values_list("status").annotate(n=Count("id")))
+        for status in ExecutionStatus.values:
+            executions.add_metric([status], counts.get(status, 0))
+        yield executions
+        oldest = Proposal.objects.pending().aggregate(oldest=Min("created_at"))["oldest"]
+        age = (timezone.now() - oldest).total_seconds() if oldest else 0
+        yield GaugeMetricFamily(
+            "airlock_oldest_pending_seconds", "Age of the oldest pending proposal", value=age
+        )
+        sandbox = sandbox_status()
+        yield GaugeMetricFamily(
+            "airlock_sandbox_ok", "Whether the sandbox in force works", value=int(sandbox["ok"])
+        )
+
+
+_registry = CollectorRegistry()
+_registry.register(DatabaseCollector())
+
+
+def metrics(request):
+    return HttpResponse(generate_latest(_registry), content_type=CONTENT_TYPE_LATEST)

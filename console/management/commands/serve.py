@@ -1,0 +1,171 @@
+"""``serve``: the whole embedded deployment in one command.
+
+Migrates, then runs Daphne (HTTP + websockets), a Celery worker and Celery
+beat as child processes, and stops them all on SIGTERM or Ctrl-C. Without
+``DATABASE_URL``/``REDIS_URL`` everything is local: SQLite, a filesystem broker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+STOP_GRACE_SECONDS = 10
+PR_SET_PDEATHSIG = 1
+
+
+class Command(BaseCommand):
+    help = "Run the console, a worker and the scheduler on one machine."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("AIRLOCK_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--concurrency", type=int, default=4, help="worker threads")
+        parser.add_argument(
+            "--demo", action="store_true", help="create demo users and an agent token"
+        )
+        parser.add_argument("--no-worker", action="store_true", help="serve the web only")
+
+    def handle(self, *args, host, port, concurrency, demo, no_worker, **options):
+        if not 1 <= port <= 65535:
+            raise CommandError(f"--port {port} is not a TCP port")
+        self._prepare_dirs()
+        call_command("migrate", interactive=False, verbosity=0)
+        if demo:
+            self._print_demo(host, port)
+        self.children: list[subprocess.Popen] = []
+        self._stopping = False
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            self._start(host, port, concurrency, no_worker)
+            self.stdout.write(f"Airlock is running at http://{host}:{port}/  (Ctrl-C to stop)")
+            self._supervise()
+        finally:
+            self._stop_all()
+
+    def _prepare_dirs(self) -> None:
+        Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
+        for option in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
+            folder = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get(option)
+            if folder:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+
+    def _print_demo(self, host: str, port: int) -> None:
+        from console.demo import ensure_demo
+
+        demo = ensure_demo()
+        password = next(iter(demo["users"].values()))
+        lines = ["", f"Demo accounts (password for each: {password}):"]
+        lines += [f"  {name}" for name in demo["users"]]
+        lines += [
+            f"Demo agent {demo['agent']} token (shown once):",
+            f"  {demo['token']}",
+            "Try:",
+            f"  curl -s -X POST http://{host}:{port}/api/v1/proposals \\",
+            f"    -H 'Authorization: Bearer {demo['token']}' -H 'Content-Type: application/json' \\",
+            """    -d '{"action": "script.execute", "parameters": {"language": "python", "code": "print(\\"hi\\")"}}'""",
+            "",
+        ]
+        self.stdout.write("\n".join(lines))
+
+    def _spawn(self, argv: list[str], extra_env: dict | None = None) -> None:
+        env = {**os.environ, **(extra_env or {})}
+        # Own session: a Ctrl-C reaches us once, and we stop children in order.
+        # If serve itself dies (even SIGKILL), the kernel sends its children SIGTERM.
+        self.children.append(
+            subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        )
+
+    def _start(self, host: str, port: int, concurrency: int, no_worker: bool) -> None:
+        python = sys.executable
+        self._spawn(
+            [python, "-m", "daphne", "-b", host, "-p", str(port), "console.asgi:application"],
+            {"ASGI_THREADS": os.environ.get("ASGI_THREADS", "64")},
+        )
+        if no_worker:
+            return
+        queues = f"{settings.CELERY_TASK_DEFAULT_QUEUE},host.{settings.WORKER_HOSTNAME}"
+        self._spawn(
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(concurrency),
+                "-Q",
+                queues,
+                "-n",
+                f"airlock@{settings.WORKER_HOSTNAME}",
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+            ]
+        )
+        self._spawn(
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "beat",
+                "--loglevel",
+                "WARNING",
+                "--schedule",
+                str(Path(settings.DATA_DIR) / "celerybeat-schedule"),
+            ]
+        )
+
+    def _on_signal(self, signum, frame) -> None:
+        self._stopping = True
+
+    def _supervise(self) -> None:
+        while not self._stopping:
+            for child in self.children:
+                if child.poll() is not None:
+                    self.stderr.write(f"{child.args[2:5]} exited with {child.returncode}; stopping")
+                    self._stopping = True
+                    break
+            time.sleep(0.2)
+
+    def _stop_all(self) -> None:
+        for child in self.children:
+            _signal_group(child, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for child in self.children:
+            try:
+                child.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+        for child in self.children:
+            _signal_group(child, signal.SIGKILL)  # whatever is left in its session
+            child.wait()
+        self.stdout.write("Airlock stopped.")
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _signal_group(child: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(child.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

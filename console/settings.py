@@ -1,0 +1,246 @@
+"""Airlock settings: every value from the environment, with a development default.
+
+Without ``DATABASE_URL`` / ``REDIS_URL`` Airlock runs embedded: SQLite (WAL),
+a filesystem Celery broker and a database channel layer, no external server.
+With them it scales out on PostgreSQL and Redis.
+"""
+
+import os
+import socket
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true/false, 1/0, yes/no)")
+
+
+def env_int(name: str, default: int, minimum: int | None = None, maximum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} is above the maximum {maximum}")
+    return value
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env(name, default).strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} must be one of {', '.join(choices)}")
+    return value
+
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env("SECRET_KEY", "airlock-development-key-change-me" if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+ALLOWED_HOSTS = [h.strip() for h in env("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
+DATA_DIR = Path(env("AIRLOCK_DATA_DIR", str(BASE_DIR / "var")))
+SITE_URL = env("SITE_URL", "http://localhost:8000").rstrip("/")
+WORKER_HOSTNAME = env("WORKER_HOSTNAME", socket.gethostname())
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "template_partials",
+    "django_htmx",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "console",
+    "audit",
+    "executions",
+    "approvals",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+ASGI_APPLICATION = "console.asgi.application"
+WSGI_APPLICATION = "console.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "console.context_processors.shell",
+            ],
+        },
+    }
+]
+
+# Database: SQLite (WAL) by default, anything dj-database-url reads otherwise.
+DATABASE_URL = env("DATABASE_URL")
+if DATABASE_URL:
+    import dj_database_url
+
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    DATABASES["default"].setdefault("TEST", {})
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env("SQLITE_PATH", str(DATA_DIR / "airlock.sqlite3")),
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": (
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+                ),
+            },
+            "TEST": {"NAME": env("SQLITE_TEST_PATH", str(DATA_DIR / "test.sqlite3"))},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis: Celery broker and channel layer in the scale deployment.
+REDIS_URL = env("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 2000, "expiry": 30},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "console.channel_layers.DatabaseChannelLayer"}}
+
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {}
+    if REDIS_URL
+    else {
+        "data_folder_in": str(DATA_DIR / "broker"),
+        "data_folder_out": str(DATA_DIR / "broker"),
+        "processed_folder": str(DATA_DIR / "broker-processed"),
+        "control_folder": str(DATA_DIR / "broker-control"),
+        "store_processed": False,
+        "polling_interval": 0.05,
+    }
+)
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_ACKS_LATE = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = "airlock"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "console:queue"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "staticfiles"
+WHITENOISE_AUTOREFRESH = DEBUG
+STATICFILES_DIRS = [BASE_DIR / "static"]
+WHITENOISE_USE_FINDERS = True
+
+EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "airlock@localhost")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "approvals.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "console.api_errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Airlock agent API",
+    "DESCRIPTION": "Propose actions, wait for decisions, read results.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# Execution.
+SANDBOX_BACKEND = env_choice("SANDBOX_BACKEND", "auto", ("auto", "local", "docker", "gvisor"))
+SANDBOX_IMAGE = env("SANDBOX_IMAGE", "airlock-sandbox:latest")
+SANDBOX_DOCKER_MODE = env_choice("SANDBOX_DOCKER_MODE", "keepalive", ("keepalive", "oneshot"))
+SANDBOX_POOL_MAX_RUNS = env_int("SANDBOX_POOL_MAX_RUNS", 50, minimum=1)
+SANDBOX_POOL_IDLE_MINUTES = env_int("SANDBOX_POOL_IDLE_MINUTES", 10, minimum=1)
+SANDBOX_SESSION_IDLE_MINUTES = env_int("SANDBOX_SESSION_IDLE_MINUTES", 30, minimum=1)
+OUTPUT_CAP_BYTES = env_int("OUTPUT_CAP_BYTES", 1024 * 1024, minimum=1024)
+SCRIPT_MEMORY_MB = env_int("SCRIPT_MEMORY_MB", 256, minimum=16)
+WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 5, minimum=1)
+WORKER_LOST_AFTER_SECONDS = env_int("WORKER_LOST_AFTER_SECONDS", 30, minimum=2)
+SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 15, minimum=1)
+REQUEUE_AFTER_SECONDS = env_int("REQUEUE_AFTER_SECONDS", 30, minimum=1)
+LONG_POLL_MAX_SECONDS = env_int("LONG_POLL_MAX_SECONDS", 60, minimum=1)
+HOST_ACTIONS_SYSTEMCTL = env("HOST_ACTIONS_SYSTEMCTL", "systemctl")
+
+# Policy helpers: an optional LLM pre-validator (OpenAI-compatible chat completions).
+PREVALIDATOR_URL = env("PREVALIDATOR_URL")
+PREVALIDATOR_MODEL = env("PREVALIDATOR_MODEL")
+PREVALIDATOR_API_KEY = env("PREVALIDATOR_API_KEY")
+PREVALIDATOR_TIMEOUT_SECONDS = env_int("PREVALIDATOR_TIMEOUT_SECONDS", 5, minimum=1, maximum=120)
+PREVALIDATOR_CLASS = env("PREVALIDATOR_CLASS", "approvals.prevalidators.OpenAIChatPreValidator")
+if env("RISK_SCORERS"):
+    RISK_SCORERS = [path.strip() for path in env("RISK_SCORERS").split(",") if path.strip()]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

@@ -1,0 +1,62 @@
+"""The console shell's own pages (users' review rights, the audit trail) and error pages.
+
+The proposal and execution pages live with their apps (``approvals.views``,
+``executions.views``); ``console_urls`` mounts them all under one namespace.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from audit.models import AuditEvent
+from audit.services import actor_label, verify_chain
+
+from .access import admin_required
+from .api_errors import json_error
+from .roles import REVIEWERS_GROUP, set_review_rights
+
+AUDIT_PAGE_SIZE = 50
+
+
+@admin_required
+def users(request: HttpRequest) -> HttpResponse:
+    people = get_user_model().objects.order_by("username").prefetch_related("groups")
+    rows = [
+        (person, any(g.name == REVIEWERS_GROUP for g in person.groups.all())) for person in people
+    ]
+    return render(request, "console/users.html", {"rows": rows})
+
+
+@require_POST
+@admin_required
+def set_reviewer(request: HttpRequest, pk: int) -> HttpResponse:
+    person = get_object_or_404(get_user_model(), pk=pk)
+    allowed = request.POST.get("reviewer") == "on"
+    set_review_rights(person, allowed, actor_label(request.user))
+    verb = "can now review" if allowed else "can no longer review"
+    messages.success(request, f"{person.get_username()} {verb}.")
+    return redirect("console:users")
+
+
+@admin_required
+def audit_trail(request: HttpRequest) -> HttpResponse:
+    events = AuditEvent.objects.order_by("-seq")
+    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "console/audit.html", {"page": page, "chain": verify_chain()})
+
+
+def not_found(request, exception=None):
+    if request.path.startswith("/api/"):
+        return json_error(404, "not_found", f"no such endpoint: {request.path}")
+    return render(request, "console/404.html", status=404)
+
+
+def server_error(request):
+    if request.path.startswith("/api/"):
+        return json_error(500, "server_error", "internal error; it has been logged")
+    return render(request, "console/500.html", status=500)

@@ -1,0 +1,58 @@
+"""``sandbox.execute``: a snippet in a persistent session, routed to the session's worker."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from executions import sessions
+from executions.models import SandboxSession
+from executions.sandboxes.base import RunOutcome
+
+from . import register
+from .base import ActionContext, ActionSpec, failed
+from .scripts import MAX_CODE_CHARS, validate_code
+
+
+class SessionExecuteParameters(serializers.Serializer):
+    session_id = serializers.IntegerField(min_value=1)
+    code = serializers.CharField(max_length=MAX_CODE_CHARS, trim_whitespace=False)
+    timeout_seconds = serializers.IntegerField(min_value=1, max_value=300, default=30)
+    language = serializers.ChoiceField(choices=["python"], default="python")
+
+    def validate_code(self, value: str) -> str:
+        return validate_code(value)
+
+
+def _route(parameters: dict) -> str | None:
+    return (
+        SandboxSession.objects.filter(pk=parameters.get("session_id"))
+        .values_list("queue", flat=True)
+        .first()
+    )
+
+
+def run_in_session(parameters: dict, context: ActionContext) -> RunOutcome:
+    limits = context.limits
+    try:
+        return sessions.execute(
+            parameters["session_id"], parameters["code"], context.sink, context.cancel, limits
+        )
+    except sessions.SessionUnavailable as exc:
+        return failed("session", str(exc), context.sink)
+
+
+register(
+    ActionSpec(
+        name="sandbox.execute",
+        description="Run Python in a persistent sandbox session (state survives between executes).",
+        serializer=SessionExecuteParameters,
+        base_risk=2,
+        runner=run_in_session,
+        targets={"language": "language"},
+        route=_route,
+        summary=lambda p: (
+            f"session {p['session_id']}: "
+            + next((line.strip() for line in p["code"].splitlines() if line.strip()), "")[:80]
+        ),
+    )
+)

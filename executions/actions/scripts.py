@@ -1,0 +1,71 @@
+"""``script.execute``: code in a language, run in the configured sandbox."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from django.conf import settings
+from rest_framework import serializers
+
+from executions.sandboxes import RunRequest, SandboxError, get_sandbox
+from executions.sandboxes.base import LANGUAGES, RunOutcome
+
+from . import register
+from .base import ActionContext, ActionSpec, failed
+
+MAX_CODE_CHARS = 100_000
+
+
+class ScriptParameters(serializers.Serializer):
+    language = serializers.ChoiceField(choices=LANGUAGES)
+    code = serializers.CharField(max_length=MAX_CODE_CHARS, trim_whitespace=False)
+    timeout_seconds = serializers.IntegerField(min_value=1, max_value=300, default=30)
+    memory_mb = serializers.IntegerField(min_value=16, max_value=4096, required=False)
+    network = serializers.BooleanField(default=False)
+
+    def validate_code(self, value: str) -> str:
+        return validate_code(value)
+
+
+def validate_code(value: str) -> str:
+    """What any code parameter must be: non-empty text without NUL bytes."""
+    if "\x00" in value:
+        raise serializers.ValidationError("code must not contain NUL bytes")
+    if not value.strip():
+        raise serializers.ValidationError("code is empty")
+    return value
+
+
+def run_script(parameters: dict, context: ActionContext) -> RunOutcome:
+    limits = replace(
+        context.limits,
+        timeout_seconds=float(parameters.get("timeout_seconds", 30)),
+        memory_mb=int(parameters.get("memory_mb") or settings.SCRIPT_MEMORY_MB),
+        network=bool(parameters.get("network", False)),
+    )
+    try:
+        sandbox = get_sandbox()
+        request = RunRequest(
+            language=parameters["language"], code=parameters["code"], limits=limits
+        )
+        return sandbox.run(request, context.sink, context.cancel)
+    except SandboxError as exc:
+        return failed("none", str(exc), context.sink)
+
+
+def _summary(parameters: dict) -> str:
+    first = next((line.strip() for line in parameters["code"].splitlines() if line.strip()), "")
+    return f"{parameters['language']}: {first[:80]}"
+
+
+register(
+    ActionSpec(
+        name="script.execute",
+        description="Run a Python, Bash or JavaScript script in the sandbox.",
+        serializer=ScriptParameters,
+        base_risk=2,
+        runner=run_script,
+        targets={"language": "language"},
+        summary=_summary,
+    )
+)

@@ -1,0 +1,170 @@
+"""Agent API for executions: the result contract, output after a sequence number, cancel."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit.services import actor_label
+from console.api_errors import ApiError, get_or_404
+from console.roles import is_agent, is_reviewer
+
+from . import services
+from .models import Execution, OutputChunk
+
+OUTPUT_PAGE_MAX = 1000
+
+
+class ChunkSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = OutputChunk
+        fields = ["seq", "stream", "data"]
+
+
+class ExecutionSerializer(serializers.ModelSerializer):
+    """The result contract of MISSION §4."""
+
+    proposal_id = serializers.SerializerMethodField()
+    success = serializers.BooleanField(read_only=True)
+    stdout = serializers.SerializerMethodField()
+    stderr = serializers.SerializerMethodField()
+    duration_ms = serializers.IntegerField(read_only=True, allow_null=True)
+    provenance = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Execution
+        fields = [
+            "id",
+            "proposal_id",
+            "action",
+            "status",
+            "success",
+            "stdout",
+            "stderr",
+            "exit_code",
+            "duration_ms",
+            "timed_out",
+            "truncated",
+            "backend",
+            "error",
+            "last_seq",
+            "provenance",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+
+    def get_proposal_id(self, execution: Execution) -> int | None:
+        proposal = getattr(execution, "proposal", None)
+        return proposal.pk if proposal is not None else None
+
+    def _streams(self, execution: Execution) -> dict[str, str]:
+        cache = self.context.setdefault("_streams", {})
+        if execution.pk not in cache:
+            texts = {"stdout": [], "stderr": []}
+            for stream, data in execution.chunks.order_by("seq").values_list("stream", "data"):
+                texts[stream].append(data)
+            cache[execution.pk] = {k: "".join(v) for k, v in texts.items()}
+        return cache[execution.pk]
+
+    def get_stdout(self, execution: Execution) -> str:
+        return self._streams(execution)["stdout"]
+
+    def get_stderr(self, execution: Execution) -> str:
+        return self._streams(execution)["stderr"]
+
+    def get_provenance(self, execution: Execution) -> dict:
+        return {
+            "command_hash": execution.command_hash,
+            "capabilities_used": execution.capabilities_used,
+            "worker_host": execution.worker_host,
+            "backend": execution.backend,
+            "image": execution.details.get("image"),
+            "details": execution.details,
+            "limits": execution.limits,
+            "queue": execution.queue,
+            "requested_by": execution.requested_by,
+            "timestamps": {
+                "queued_at": execution.created_at,
+                "started_at": execution.started_at,
+                "finished_at": execution.finished_at,
+            },
+        }
+
+
+class OutputPageSerializer(serializers.Serializer):
+    execution_id = serializers.IntegerField()
+    status = serializers.CharField()
+    terminal = serializers.BooleanField()
+    last_seq = serializers.IntegerField()
+    chunks = ChunkSerializer(many=True)
+
+
+def visible_executions(user):
+    if is_agent(user) or is_reviewer(user):
+        return Execution.objects.select_related("proposal").visible_to(user)
+    raise ApiError(
+        403, "permission_denied", "only reviewers and the proposing agent can see executions"
+    )
+
+
+class ExecutionDetail(APIView):
+    @extend_schema(responses=ExecutionSerializer, summary="An execution's result contract")
+    def get(self, request, pk: int):
+        execution = get_or_404(visible_executions(request.user), pk, "execution")
+        return Response(ExecutionSerializer(execution).data)
+
+
+class ExecutionOutput(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after", int, description="last sequence number already seen"),
+            OpenApiParameter(
+                "limit", int, description=f"at most this many chunks (≤ {OUTPUT_PAGE_MAX})"
+            ),
+        ],
+        responses=OutputPageSerializer,
+        summary="Output chunks after a sequence number",
+    )
+    def get(self, request, pk: int):
+        execution = get_or_404(visible_executions(request.user), pk, "execution")
+        after = _int_param(request, "after", 0, 0, 2**31 - 1)
+        limit = _int_param(request, "limit", OUTPUT_PAGE_MAX, 1, OUTPUT_PAGE_MAX)
+        chunks = execution.chunks.filter(seq__gt=after).order_by("seq")[:limit]
+        return Response(
+            {
+                "execution_id": execution.pk,
+                "status": execution.status,
+                "terminal": execution.is_terminal,
+                "last_seq": execution.last_seq,
+                "chunks": ChunkSerializer(chunks, many=True).data,
+            }
+        )
+
+
+class ExecutionCancel(APIView):
+    @extend_schema(
+        request=None, responses={202: ExecutionSerializer}, summary="Cancel an execution"
+    )
+    def post(self, request, pk: int):
+        execution = get_or_404(visible_executions(request.user), pk, "execution")
+        try:
+            execution = services.request_cancel(execution.pk, actor_label(request.user))
+        except services.ExecutionConflict as exc:
+            raise ApiError(409, "conflict", str(exc)) from None
+        return Response(ExecutionSerializer(execution).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _int_param(request, name: str, default: int, minimum: int, maximum: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, "validation_error", f"{name} must be an integer, got {raw!r}") from None
+    if not minimum <= value <= maximum:
+        raise ApiError(400, "validation_error", f"{name} must be between {minimum} and {maximum}")
+    return value

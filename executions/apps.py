@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class ExecutionsConfig(AppConfig):
+    name = "executions"

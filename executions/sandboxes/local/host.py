@@ -1,0 +1,143 @@
+"""What a local run takes from the host (cached per process where it is costly).
+
+The system paths and the read-only mounts of the system directories, the
+per-run uids, the snapshot of /etc the sandbox sees, and the base dirs that
+hold the work dirs (named with the worker's pid, so a dead worker's are found).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import os
+import secrets
+import shutil
+import tempfile
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .programs import Program
+
+
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Per-run uids come from a range no real account uses; random so that
+# parallel workers (and xdist processes) never pick the same one.
+RUN_UID_BASE = 1_600_000_000
+RUN_UID_SPAN = 400_000_000
+SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+BASE_DIR_PREFIX = "airlock-sandbox-"  # + the worker's pid: stale ones are found by it
+# What of /etc the sandbox sees: what programs need, nothing of the
+# deployment's own files (environment files, service configs, keys).
+ETC_ENTRIES = (
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "resolv.conf",
+    "gai.conf",
+    "protocols",
+    "services",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "alternatives",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "mime.types",
+    "os-release",
+    "debian_version",
+    "python3",
+    "python3.11",
+    "inputrc",
+)
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _new_run_uid() -> int:
+    return RUN_UID_BASE + secrets.randbelow(RUN_UID_SPAN)
+
+
+def _drop_privileges_kwargs(uid: int) -> dict:
+    return {"user": uid, "group": uid, "extra_groups": []}
+
+
+def _system_mounts(etc: bool = True) -> list[str]:
+    """Read-only binds of the system directories, mirroring /bin -> usr/bin links."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    if etc:
+        args += ["--ro-bind", _etc_snapshot(), "/etc"]
+    for name in SYSTEM_DIRS:
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+@functools.cache
+def _etc_snapshot() -> str:
+    """A copy of the ``ETC_ENTRIES`` of /etc, made once per process.
+
+    One bind of a small copy instead of a bind per entry: each bind costs
+    bubblewrap a few hundred microseconds on every run.
+    """
+    _remove_stale_base_dirs()
+    snapshot = tempfile.mkdtemp(prefix=f"{BASE_DIR_PREFIX}{os.getpid()}-etc-")
+    for name in ETC_ENTRIES:
+        source, target = os.path.join("/etc", name), os.path.join(snapshot, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with contextlib.suppress(OSError, shutil.Error):
+            if os.path.isdir(source) and not os.path.islink(source):
+                shutil.copytree(source, target, symlinks=True)
+            else:
+                shutil.copy2(source, target, follow_symlinks=False)
+    os.chmod(snapshot, 0o755)  # copies keep their modes; the run uid must reach them
+    atexit.register(_remove_if_mine, snapshot, os.getpid())
+    return snapshot
+
+
+def _remove_if_mine(path: str, owner: int) -> None:
+    """atexit handlers are inherited by forked workers: only the creator removes."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _extra_binds(program: Program) -> list[str]:
+    """An interpreter installed outside the system dirs (e.g. /opt) must be visible too."""
+    real = os.path.realpath(program.argv[0])
+    if real.startswith(("/usr/", "/bin/", "/lib")):
+        return []
+    prefix = os.path.dirname(os.path.dirname(real))
+    return ["--ro-bind", prefix, prefix]
+
+
+@functools.cache
+def _remove_stale_base_dirs() -> None:
+    """Work dirs left by a worker that died (once per process): its pid is in the name."""
+    parent = tempfile.gettempdir()
+    for entry in os.scandir(parent):
+        if not entry.name.startswith(BASE_DIR_PREFIX):
+            continue
+        pid = entry.name[len(BASE_DIR_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _process_exists(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,330 @@
+"""Execution workflows: create with the approval, dispatch, run, cancel, sweep.
+
+The database is the source of truth. Every state change is one conditional
+update (zero rows = someone else won); enqueueing and broadcasting happen
+after commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from audit.services import record
+
+from .actions import ActionContext, get_action
+from .actions.base import failed
+from .broadcast import broadcast, execution_group
+from .choices import TERMINAL, TRANSITIONS, ExecutionStatus
+from .models import Execution
+from .output import ExecutionRecorder
+from .sandboxes.base import Limits, RunOutcome
+
+log = logging.getLogger(__name__)
+
+
+class ExecutionConflict(Exception):
+    """The execution is not in a state that allows the requested change."""
+
+
+def command_hash(action: str, parameters: dict) -> str:
+    """sha256 of the canonical form of an action: what provenance pins down."""
+    canonical = json.dumps(
+        {"action": action, "parameters": parameters}, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def queue_for(action: str, parameters: dict | None = None) -> str:
+    spec = get_action(action)
+    if spec is not None and spec.route is not None:
+        routed = spec.route(parameters or {})
+        if routed:
+            return routed
+    if spec is not None and spec.host_bound:
+        return host_queue()
+    return settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def host_queue(hostname: str | None = None) -> str:
+    """The queue only the workers of one host consume."""
+    return f"host.{hostname or settings.WORKER_HOSTNAME}"
+
+
+def create_execution(
+    *,
+    action: str,
+    parameters: dict,
+    requested_by: str,
+    capabilities_used: list[str],
+    actor: str,
+) -> Execution:
+    """Create the queued execution of an approval; call inside the approval's transaction."""
+    execution = Execution.objects.create(
+        action=action,
+        parameters=parameters,
+        requested_by=requested_by,
+        command_hash=command_hash(action, parameters),
+        capabilities_used=capabilities_used,
+        queue=queue_for(action, parameters),
+        limits=limits_for(action, parameters).as_dict(),
+    )
+    record(actor, "execution.queued", execution, action=action, queue=execution.queue)
+    transaction.on_commit(lambda: dispatch(execution.pk))
+    return execution
+
+
+def limits_for(action: str, parameters: dict) -> Limits:
+    return Limits(
+        timeout_seconds=float(parameters.get("timeout_seconds", 30)),
+        memory_mb=int(parameters.get("memory_mb", settings.SCRIPT_MEMORY_MB)),
+        network=bool(parameters.get("network", False)),
+    )
+
+
+def dispatch(execution_id: int) -> bool:
+    """Enqueue the run of a queued execution (the one place that enqueues)."""
+    from .tasks import run_execution
+
+    execution = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.QUEUED).first()
+    if execution is None:
+        return False
+    Execution.objects.filter(pk=execution_id).update(
+        dispatch_count=F("dispatch_count") + 1, dispatched_at=timezone.now()
+    )
+    try:
+        run_execution.apply_async(args=[execution_id], queue=execution.queue)
+    except Exception:
+        # The sweeper re-dispatches it; the approval itself is already safe.
+        log.exception("could not enqueue execution %s", execution_id)
+        return False
+    return True
+
+
+def _transition(execution_id: int, source: ExecutionStatus, to: ExecutionStatus, **fields) -> bool:
+    """One guarded update: True if this caller moved the execution from ``source`` to ``to``."""
+    assert to in TRANSITIONS[source], f"{source} -> {to} is not a transition"
+    return bool(
+        Execution.objects.filter(pk=execution_id, status=source).update(status=to, **fields)
+    )
+
+
+def _announce(execution: Execution) -> None:
+    message = {"type": "execution.status", **status_message(execution)}
+    transaction.on_commit(lambda: broadcast(execution_group(execution.pk), message))
+    transaction.on_commit(
+        lambda: broadcast("proposals", {"type": "execution.changed", "execution_id": execution.pk})
+    )
+
+
+def status_message(execution: Execution) -> dict:
+    return {
+        "execution_id": execution.pk,
+        "status": execution.status,
+        "exit_code": execution.exit_code,
+        "timed_out": execution.timed_out,
+        "truncated": execution.truncated,
+        "last_seq": execution.last_seq,
+        "terminal": execution.is_terminal,
+    }
+
+
+def claim(execution_id: int, worker_host: str) -> Execution | None:
+    """queued → running, for exactly one worker."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not _transition(
+            execution_id,
+            ExecutionStatus.QUEUED,
+            ExecutionStatus.RUNNING,
+            worker_host=worker_host,
+            started_at=now,
+            heartbeat_at=now,
+        ):
+            return None
+        execution = Execution.objects.get(pk=execution_id)
+        record("system", "execution.running", execution, worker_host=worker_host)
+        _announce(execution)
+    return execution
+
+
+class Heartbeat(threading.Thread):
+    """Marks the execution alive and turns a requested cancel into the cancel event."""
+
+    def __init__(self, execution_id: int, cancel: threading.Event):
+        super().__init__(name=f"heartbeat-{execution_id}", daemon=True)
+        self.execution_id = execution_id
+        self.cancel = cancel
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        interval = settings.WORKER_HEARTBEAT_SECONDS
+        last_beat = time.monotonic()
+        try:
+            while not self._stop_event.wait(0.25):
+                close_old_connections()
+                if time.monotonic() - last_beat >= interval:
+                    Execution.objects.filter(
+                        pk=self.execution_id, status=ExecutionStatus.RUNNING
+                    ).update(heartbeat_at=timezone.now())
+                    last_beat = time.monotonic()
+                if (
+                    not self.cancel.is_set()
+                    and Execution.objects.filter(
+                        pk=self.execution_id, cancel_requested_at__isnull=False
+                    ).exists()
+                ):
+                    self.cancel.set()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def run(execution_id: int) -> Execution | None:
+    """Claim and carry out one execution; safe to call twice (the second does nothing)."""
+    execution = claim(execution_id, settings.WORKER_HOSTNAME)
+    if execution is None:
+        return None
+    spec = get_action(execution.action)
+    cancel = threading.Event()
+    recorder = ExecutionRecorder(execution.pk, settings.OUTPUT_CAP_BYTES)
+    heartbeat = Heartbeat(execution.pk, cancel)
+    heartbeat.start()
+    started = time.monotonic()
+    try:
+        if spec is None:
+            outcome = failed("none", f"unknown action {execution.action!r}", recorder, started)
+        else:
+            context = ActionContext(
+                sink=recorder,
+                cancel=cancel,
+                limits=Limits(**_limit_fields(execution.limits)),
+                execution_id=execution.pk,
+            )
+            outcome = spec.runner(dict(execution.parameters), context)
+    except Exception as exc:  # a runner bug must still end the execution
+        log.exception("execution %s crashed", execution.pk)
+        outcome = failed("none", f"internal error: {exc}", recorder, started)
+    finally:
+        heartbeat.stop()
+        recorder.finish()
+    return finish(execution, outcome, recorder)
+
+
+def _limit_fields(stored: dict) -> dict:
+    fields = dict(stored)
+    fields["cpu_seconds"] = fields.pop("cpu_seconds", None)
+    return {k: v for k, v in fields.items() if k in Limits.__dataclass_fields__}
+
+
+def outcome_status(outcome: RunOutcome) -> ExecutionStatus:
+    if outcome.cancelled:
+        return ExecutionStatus.CANCELLED
+    if outcome.timed_out:
+        return ExecutionStatus.TIMED_OUT
+    return ExecutionStatus.SUCCEEDED if outcome.success else ExecutionStatus.FAILED
+
+
+def finish(execution: Execution, outcome: RunOutcome, recorder: ExecutionRecorder) -> Execution:
+    """running → a terminal state, with the result contract."""
+    status = outcome_status(outcome)
+    with transaction.atomic():
+        won = _transition(
+            execution.pk,
+            ExecutionStatus.RUNNING,
+            status,
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            truncated=recorder.truncated,
+            error=outcome.error or "",
+            backend=outcome.backend,
+            details=outcome.details,
+            finished_at=timezone.now(),
+            last_seq=recorder.seq,
+        )
+        execution.refresh_from_db()
+        if won:
+            record(
+                "system",
+                f"execution.{status}",
+                execution,
+                exit_code=outcome.exit_code,
+                duration_ms=outcome.duration_ms,
+                truncated=recorder.truncated,
+            )
+            _announce(execution)
+        else:
+            log.warning(
+                "execution %s ended as %s after being %s", execution.pk, status, execution.status
+            )
+    return execution
+
+
+def request_cancel(execution_id: int, actor: str) -> Execution:
+    """queued → cancelled at once; running → the worker is told and stops it."""
+    with transaction.atomic():
+        now = timezone.now()
+        if _transition(
+            execution_id,
+            ExecutionStatus.QUEUED,
+            ExecutionStatus.CANCELLED,
+            finished_at=now,
+            cancel_requested_at=now,
+            cancel_requested_by=actor,
+        ):
+            execution = Execution.objects.get(pk=execution_id)
+            record(actor, "execution.cancelled", execution, before="queued")
+            _announce(execution)
+            return execution
+        updated = Execution.objects.filter(
+            pk=execution_id, status=ExecutionStatus.RUNNING, cancel_requested_at__isnull=True
+        ).update(cancel_requested_at=now, cancel_requested_by=actor)
+        execution = Execution.objects.get(pk=execution_id)
+        if updated:
+            record(actor, "execution.cancel_requested", execution)
+        elif execution.status in TERMINAL:
+            raise ExecutionConflict(f"execution {execution_id} already {execution.status}")
+    return execution
+
+
+def sweep() -> dict:
+    """Re-dispatch executions left queued; mark as lost those whose worker died."""
+    now = timezone.now()
+    stale_dispatch = now - timedelta(seconds=settings.REQUEUE_AFTER_SECONDS)
+    requeued = 0
+    for execution_id in Execution.objects.filter(
+        Q(dispatched_at__lt=stale_dispatch) | Q(dispatched_at__isnull=True),
+        status=ExecutionStatus.QUEUED,
+        created_at__lt=stale_dispatch,
+    ).values_list("pk", flat=True):
+        requeued += dispatch(execution_id)
+    lost = 0
+    dead_before = now - timedelta(seconds=settings.WORKER_LOST_AFTER_SECONDS)
+    for execution_id in Execution.objects.filter(
+        status=ExecutionStatus.RUNNING, heartbeat_at__lt=dead_before
+    ).values_list("pk", flat=True):
+        with transaction.atomic():
+            if _transition(
+                execution_id,
+                ExecutionStatus.RUNNING,
+                ExecutionStatus.LOST,
+                finished_at=now,
+                error="worker stopped heartbeating; not re-run",
+            ):
+                execution = Execution.objects.get(pk=execution_id)
+                record("system", "execution.lost", execution, worker_host=execution.worker_host)
+                _announce(execution)
+                lost += 1
+    return {"requeued": requeued, "lost": lost}

@@ -1,0 +1,159 @@
+"""Persistent sandbox sessions: open on a worker, execute there, close, reap when idle.
+
+The interpreters live in the worker process that opened them (a
+``SessionRegistry``); the database row says which worker queue reaches it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from audit.services import record
+
+from .models import SandboxSession
+from .sandboxes import SandboxError, get_sandbox
+from .sandboxes.base import Limits, OutputSink, RunOutcome
+from .sandboxes.sessions import SessionRegistry
+
+log = logging.getLogger(__name__)
+Status = SandboxSession.Status
+REAP_EVERY_SECONDS = 30
+
+_registry: SessionRegistry | None = None
+_registry_lock = threading.Lock()
+
+
+def registry() -> SessionRegistry:
+    """This worker process's open sessions."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            _registry = SessionRegistry(idle_seconds=settings.SANDBOX_SESSION_IDLE_MINUTES * 60)
+        return _registry
+
+
+def start_reaper() -> threading.Thread:
+    """Close this worker's idle sessions in the background (started with the worker)."""
+    thread = threading.Thread(target=_reap_forever, name="session-reaper", daemon=True)
+    thread.start()
+    return thread
+
+
+class SessionUnavailable(Exception):
+    """The session cannot take an execute; the message says why and what to do."""
+
+
+def open_session(session_id: int) -> SandboxSession:
+    """On a worker: start the interpreter and pin the session to this worker's queue."""
+    from .services import host_queue
+
+    session = SandboxSession.objects.get(pk=session_id)
+    if session.status != Status.STARTING:
+        return session
+    try:
+        runtime = registry().create(get_sandbox(), session.language, Limits())
+    except SandboxError as exc:
+        _close(session, f"could not start: {exc}", error=str(exc))
+        return session
+    updated = SandboxSession.objects.filter(pk=session_id, status=Status.STARTING).update(
+        status=Status.ACTIVE,
+        runtime_id=runtime.id,
+        backend=runtime.backend,
+        worker_host=settings.WORKER_HOSTNAME,
+        queue=host_queue(),
+        last_used_at=timezone.now(),
+    )
+    if not updated:  # destroyed while it was starting
+        registry().destroy(runtime.id)
+    session.refresh_from_db()
+    return session
+
+
+def execute(
+    session_id: int, code: str, sink: OutputSink, cancel: threading.Event, limits: Limits
+) -> RunOutcome:
+    """On the session's worker: run a snippet in the session's namespace."""
+    session = SandboxSession.objects.filter(pk=session_id).first()
+    runtime = registry().get(session.runtime_id) if session and session.runtime_id else None
+    if session is None or session.status != Status.ACTIVE:
+        raise SessionUnavailable(f"sandbox session {session_id} is not active")
+    if runtime is None:
+        _close(session, "its interpreter ended (idle, crashed or worker restarted)")
+        raise SessionUnavailable(
+            f"sandbox session {session_id} ended and its state is gone; create a new session"
+        )
+    SandboxSession.objects.filter(pk=session_id).update(last_used_at=timezone.now())
+    outcome = runtime.execute(code, sink, cancel, limits)
+    SandboxSession.objects.filter(pk=session_id).update(
+        last_used_at=timezone.now(), executes=session.executes + 1
+    )
+    if runtime.closed:  # the snippet killed its interpreter (exit(), a limit)
+        _close(session, "its interpreter exited")
+    return outcome
+
+
+def close_runtime(session_id: int) -> None:
+    """On the session's worker: end the interpreter of a destroyed session."""
+    session = SandboxSession.objects.filter(pk=session_id).first()
+    if session is not None and session.runtime_id:
+        registry().destroy(session.runtime_id)
+
+
+def destroy(session: SandboxSession, actor: str) -> SandboxSession:
+    """Mark the session closed and have its worker end the interpreter."""
+    from .tasks import close_session
+
+    if _close(session, f"destroyed by {actor}", actor=actor) and session.queue:
+        try:
+            close_session.apply_async(args=[session.pk], queue=session.queue)
+        except Exception:  # the worker's reaper ends it when idle
+            log.exception("could not ask the worker to close session %s", session.pk)
+    session.refresh_from_db()
+    return session
+
+
+def _close(session: SandboxSession, reason: str, actor: str = "system", error: str = "") -> bool:
+    closed = (
+        SandboxSession.objects.filter(pk=session.pk)
+        .exclude(status=Status.CLOSED)
+        .update(
+            status=Status.CLOSED, closed_at=timezone.now(), closed_reason=reason[:200], error=error
+        )
+    )
+    if closed:
+        record(actor, "sandbox_session.closed", session, reason=reason)
+    return bool(closed)
+
+
+def reap_idle() -> int:
+    """Close this worker's sessions idle past the limit, in memory and in the database."""
+    idle = timedelta(minutes=settings.SANDBOX_SESSION_IDLE_MINUTES)
+    reaped = 0
+    for session in SandboxSession.objects.filter(
+        status=Status.ACTIVE,
+        worker_host=settings.WORKER_HOSTNAME,
+        last_used_at__lt=timezone.now() - idle,
+    ):
+        registry().destroy(session.runtime_id)
+        reaped += _close(session, "idle")
+    return reaped
+
+
+def _reap_forever() -> None:
+    while True:
+        time.sleep(REAP_EVERY_SECONDS)
+        try:
+            close_old_connections()
+            reap_idle()
+            registry().reap_idle()
+        except Exception:
+            log.exception("reaping idle sandbox sessions failed")
+        finally:
+            connection.close()

@@ -1,0 +1,51 @@
+"""Celery tasks: take a primary key, reload, check state, call one service."""
+
+from celery import shared_task
+from celery.signals import worker_ready
+
+from . import services
+
+
+@worker_ready.connect
+def _start_session_reaper(**kwargs) -> None:
+    from . import sessions
+
+    sessions.start_reaper()
+
+
+@shared_task(name="executions.tasks.run_execution", ignore_result=True, acks_late=False)
+def run_execution(execution_id: int) -> None:
+    # acks_late is off on purpose: a worker that dies mid-run does not get the
+    # message redelivered; the sweeper marks the execution lost instead.
+    services.run(execution_id)
+
+
+@shared_task(name="executions.tasks.sweep", ignore_result=True)
+def sweep() -> dict:
+    return services.sweep()
+
+
+@shared_task(name="executions.tasks.open_session", ignore_result=True)
+def open_session(session_id: int) -> None:
+    from . import sessions
+
+    sessions.open_session(session_id)
+
+
+@shared_task(name="executions.tasks.close_session", ignore_result=True)
+def close_session(session_id: int) -> None:
+    from . import sessions
+
+    sessions.close_runtime(session_id)
+
+
+@shared_task(name="executions.tasks.reap_sandboxes", ignore_result=True)
+def reap_sandboxes() -> dict:
+    """Periodic: end orphaned sandbox containers and stray runsc processes."""
+    from .sandboxes import resolve_backend_name
+    from .sandboxes.reaper import reap_orphans
+
+    if resolve_backend_name() not in ("docker", "gvisor"):
+        return {}
+    report = reap_orphans()
+    return {"containers": report.containers, "processes": report.processes}

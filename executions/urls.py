@@ -1,0 +1,11 @@
+from django.urls import path
+
+from . import api
+
+app_name = "executions-api"
+
+urlpatterns = [
+    path("executions/<int:pk>", api.ExecutionDetail.as_view(), name="detail"),
+    path("executions/<int:pk>/output", api.ExecutionOutput.as_view(), name="output"),
+    path("executions/<int:pk>/cancel", api.ExecutionCancel.as_view(), name="cancel"),
+]

@@ -1,0 +1,90 @@
+"""Guarded transitions under real concurrency (PostgreSQL in the scale pass, SQLite otherwise)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection
+
+from approvals.models import Decision, Proposal
+from approvals.services import ProposalError, decide, submit
+from console.roles import REVIEWERS_GROUP
+from executions.models import Execution
+
+MEDIUM = {
+    "action": "script.execute",
+    "parameters": {"language": "python", "code": "import os\nprint(os.listdir('.'))"},
+}
+
+
+def race(callables) -> list:
+    barrier = threading.Barrier(len(callables))
+    results = [None] * len(callables)
+
+    def attempt(index, call):
+        try:
+            barrier.wait()
+            results[index] = call()
+        except ProposalError as exc:
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=attempt, args=(i, c)) for i, c in enumerate(callables)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def pending_proposal(agent) -> Proposal:
+    proposal = submit(agent, MEDIUM).proposal
+    assert proposal.status == "pending" and proposal.required_approvals == 1, proposal.decision_path
+    return proposal
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_concurrent_approvals_make_exactly_one_execution(agent):
+    group = Group.objects.create(name=REVIEWERS_GROUP)
+    reviewers = []
+    for n in range(20):
+        user = get_user_model().objects.create_user(f"reviewer{n}")
+        user.groups.add(group)
+        reviewers.append(user)
+    proposal = pending_proposal(agent)
+    results = race([lambda u=u: decide(proposal.pk, u, "approve") for u in reviewers])
+    winners = [r for r in results if isinstance(r, Proposal)]
+    losers = [r for r in results if isinstance(r, ProposalError)]
+    assert len(winners) == 1
+    assert len(losers) == 19 and all(e.kind == "conflict" for e in losers)
+    assert Execution.objects.count() == 1
+    assert Decision.objects.count() == 1
+    assert Proposal.objects.get(pk=proposal.pk).status == "approved"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_reviewer_approving_twenty_times_at_once_counts_once(agent, reviewer):
+    proposal = pending_proposal(agent)
+    results = race([lambda: decide(proposal.pk, reviewer, "approve") for _ in range(20)])
+    assert sum(isinstance(r, Proposal) for r in results) == 1
+    assert Execution.objects.count() == 1
+    assert Decision.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_concurrent_approve_and_reject_leave_one_outcome(agent, reviewer, reviewer2):
+    proposal = pending_proposal(agent)
+    race(
+        [
+            lambda: decide(proposal.pk, reviewer, "approve"),
+            lambda: decide(proposal.pk, reviewer2, "reject"),
+        ]
+    )
+    proposal.refresh_from_db()
+    assert proposal.status in ("approved", "rejected")
+    assert Execution.objects.count() == (1 if proposal.status == "approved" else 0)
+    assert Decision.objects.count() == 1

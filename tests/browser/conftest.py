@@ -1,0 +1,77 @@
+"""Browser tests: Debian's Chromium driven by Playwright against ``manage.py serve --demo``.
+
+One server per session (starting it costs seconds); each test opens fresh
+browser contexts, so logins and pages never leak between tests. Without
+Chromium the tests skip; under CI=true they fail.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.serving import DEMO_PASSWORD, Server, start_server
+from tests.support import require
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Iterator[Server]:
+    require(CHROMIUM.exists(), f"browser tests need Chromium at {CHROMIUM}")
+    running = start_server(tmp_path_factory.mktemp("airlock") / "data")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def browser(server):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # pragma: no cover - the test extra installs it
+        require(False, "browser tests need Playwright for Python")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=LAUNCH_ARGS
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def login(browser, server) -> Iterator[Callable]:
+    """login("reviewer") → a page of a fresh browser context, signed in at the queue."""
+    contexts = []
+
+    def open_as(username: str, viewport: dict | None = None):
+        context = browser.new_context(viewport=viewport or VIEWPORT)
+        context.set_default_timeout(20_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm's "are you sure?"
+        page.goto(server.base + "/login/")
+        page.fill("#id_username", username)
+        page.fill("#id_password", DEMO_PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(server.base + "/")
+        return page
+
+    yield open_as
+    for context in contexts:
+        context.close()
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30, interval: float = 0.2):
+    """Poll until ``predicate()`` is truthy; return its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {predicate}")

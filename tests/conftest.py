@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from rest_framework.test import APIClient
+
+from approvals.tokens import create_agent, create_user_token
+from console.roles import REVIEWERS_GROUP
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _data_dirs():
+    from django.conf import settings
+
+    for folder in settings.CELERY_BROKER_TRANSPORT_OPTIONS.values():
+        if isinstance(folder, str) and folder.startswith("/"):
+            os.makedirs(folder, exist_ok=True)
+    os.makedirs(settings.DATA_DIR, exist_ok=True)
+
+
+def _user(username: str, reviewer: bool = False, superuser: bool = False):
+    user = get_user_model().objects.create_user(
+        username=username, password="pw-" + username, is_superuser=superuser, is_staff=superuser
+    )
+    if reviewer:
+        user.groups.add(Group.objects.get_or_create(name=REVIEWERS_GROUP)[0])
+    return user
+
+
+@pytest.fixture
+def reviewer(db):
+    return _user("rita", reviewer=True)
+
+
+@pytest.fixture
+def reviewer2(db):
+    return _user("ravi", reviewer=True)
+
+
+@pytest.fixture
+def admin_user(db):
+    return _user("ada", superuser=True)
+
+
+@pytest.fixture
+def outsider(db):
+    return _user("otto")
+
+
+@pytest.fixture
+def make_agent(db):
+    def make(name: str = "bot", capabilities: list[str] | None = None, owner=None):
+        return create_agent(name, capabilities or ["*"], owner)
+
+    return make
+
+
+@pytest.fixture
+def agent_and_token(make_agent):
+    return make_agent("requester", ["*"])
+
+
+@pytest.fixture
+def agent(agent_and_token):
+    return agent_and_token[0]
+
+
+def client_for(token: str | None = None) -> APIClient:
+    client = APIClient()
+    if token:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+@pytest.fixture
+def agent_api(agent_and_token) -> APIClient:
+    return client_for(agent_and_token[1])
+
+
+@pytest.fixture
+def reviewer_api(reviewer) -> APIClient:
+    return client_for(create_user_token(reviewer))
+
+
+@pytest.fixture
+def reviewer2_api(reviewer2) -> APIClient:
+    return client_for(create_user_token(reviewer2))
+
+
+@pytest.fixture
+def outsider_api(outsider) -> APIClient:
+    return client_for(create_user_token(outsider))
+
+
+def use_policy(**changes):
+    """Put a new policy version in force: the default with ``changes`` applied."""
+    from approvals.models import PolicyVersion
+    from approvals.policy import DEFAULT_POLICY, current_policy
+
+    current = current_policy()
+    data = {**DEFAULT_POLICY, **changes}
+    return PolicyVersion.objects.create(version=current.version + 1, data=data, comment="test")
+
+
+@pytest.fixture
+def scripts_allowed(db):
+    """Scripts run without review (the sandbox tests exercise what scripts do, not policy)."""
+    return use_policy(allow=[{"kind": "action", "pattern": "script.execute", "note": "tests"}])
+
+
+@pytest.fixture
+def local_sandbox(settings):
+    """Pin the local backend: these suites test the execution path, not backends.
+
+    (The adversarial and backend suites run every backend.)
+    """
+    settings.SANDBOX_BACKEND = "local"

@@ -1,0 +1,80 @@
+"""The console's cast and objects: a pending proposal, an execution, logged-in clients."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from approvals.choices import ProposalStatus
+from approvals.models import Proposal
+from executions.models import Execution
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # The cast is created per test; the real hasher costs seconds a test here.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pending_proposal(agent, risk: int = 5, required: int = 1, age_minutes: int = 0, **fields):
+    """A proposal held for review, made directly so the tests don't depend on the scorer."""
+    now = timezone.now() - timedelta(minutes=age_minutes)
+    values = {
+        "agent": agent,
+        "action": "script.execute",
+        "parameters": {"language": "python", "code": "import os\nprint(os.listdir('.'))\n"},
+        "summary": "python: import os",
+        "reason": "look around",
+        "status": ProposalStatus.PENDING,
+        "risk_score": risk,
+        "risk_reasons": ["imports os (processes, files and environment)"],
+        "decision_path": {
+            "step": "review",
+            "rule": None,
+            "reason": f"risk {risk} needs a reviewer",
+            "policy_version": 1,
+            "notify": False,
+        },
+        "policy_version": 1,
+        "required_approvals": required,
+        "created_at": now,
+        "expires_at": now + timedelta(minutes=60),
+        **fields,
+    }
+    return Proposal.objects.create(**values)
+
+
+@pytest.fixture
+def proposal(agent):
+    return pending_proposal(agent)
+
+
+@pytest.fixture
+def execution(agent):
+    execution = Execution.objects.create(
+        action="script.execute",
+        parameters={"language": "python", "code": "print('hi')"},
+        command_hash="0" * 64,
+        requested_by="agent:requester",
+    )
+    pending_proposal(agent, status=ProposalStatus.APPROVED, execution=execution)
+    return execution
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def reviewer_client(reviewer) -> Client:
+    return logged_in(reviewer)
+
+
+@pytest.fixture
+def admin_client_(admin_user) -> Client:
+    return logged_in(admin_user)

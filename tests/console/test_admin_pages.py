@@ -1,0 +1,231 @@
+"""Admin pages: the policy editor, agents and tokens, review rights, the audit trail."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from approvals.models import Agent, PolicyVersion, hash_token
+from approvals.policy import DEFAULT_POLICY, current_policy
+from audit.models import AuditEvent
+from console.roles import is_reviewer
+from tests.conftest import client_for
+
+
+def editor_post(client, **changes) -> dict:
+    """The editor's form as a browser would submit it, from the policy in force, with changes."""
+    html = client.get(reverse("console:policy")).content.decode()
+    data: dict = {}
+    for name, value in re.findall(r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', html):
+        data[name] = value
+    for name in re.findall(r'<input type="checkbox" name="([^"]+)"[^>]*checked', html):
+        data[name] = "on"
+    for select, body in re.findall(r'<select name="([^"]+)"[^>]*>(.*?)</select>', html, re.S):
+        chosen = re.search(r'<option value="([^"]*)"[^>]*selected', body)
+        data[select] = chosen.group(1) if chosen else re.search(r'value="([^"]*)"', body).group(1)
+    data.pop("csrfmiddlewaretoken", None)
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.mark.django_db
+def test_the_policy_editor_shows_every_field_of_the_policy(admin_client_):
+    current_policy()
+    html = admin_client_.get(reverse("console:policy")).content.decode()
+    for field in (
+        "auto_approve_below",
+        "high_risk_at",
+        "high_risk_quorum",
+        "review_timeout_minutes",
+        "script_network",
+        "self_approval",
+        "use_prevalidator",
+        "deny-0-pattern",
+        "allow-0-kind",
+        "notify-0-note",
+        "overrides-0-agent",
+    ):
+        assert f'name="{field}"' in html, field
+    assert 'value="rm -rf /*"' in html and "version 1 in force" in html
+
+
+def test_the_editor_covers_every_field_of_the_policy_document():
+    from approvals.forms import OverrideForm, PolicySettingsForm
+    from approvals.policy import RULE_KINDS, OverrideSerializer, PolicySerializer
+
+    edited = set(PolicySettingsForm.base_fields) | {"deny", "allow", "notify", "agent_overrides"}
+    assert set(PolicySerializer().fields) <= edited
+    assert set(OverrideSerializer().fields) <= set(OverrideForm.base_fields)
+    assert "language" in RULE_KINDS
+
+
+@pytest.mark.django_db
+def test_saving_the_editor_puts_a_new_audited_version_in_force(admin_client_, agent):
+    current_policy()
+    data = editor_post(
+        admin_client_,
+        auto_approve_below="3",
+        high_risk_quorum="3",
+        self_approval="on",
+        comment="tighter",
+        **{
+            "deny-0-DELETE": "on",
+            "notify-1-kind": "action",
+            "notify-1-pattern": "host.restart_service",
+            "notify-1-note": "tell people",
+            "overrides-0-agent": agent.name,
+            "overrides-0-review_timeout_minutes": "15",
+            "overrides-0-script_network": "true",
+        },
+    )
+    response = admin_client_.post(reverse("console:policy"), data, follow=True)
+    assert "Policy version 2 is now in force." in response.content.decode()
+    policy = current_policy()
+    assert policy.version == 2
+    assert policy.auto_approve_below == 3 and policy.high_risk_quorum == 3
+    assert policy.self_approval is True
+    assert [r.pattern for r in policy.deny] == [r["pattern"] for r in DEFAULT_POLICY["deny"][1:]]
+    assert policy.notify[-1].pattern == "host.restart_service"
+    assert policy.agent_overrides == {
+        agent.name: {"review_timeout_minutes": 15, "script_network": True}
+    }
+    event = AuditEvent.objects.filter(verb="policy.updated").get()
+    assert event.actor == "user:ada" and event.data["comment"] == "tighter"
+
+
+@pytest.mark.django_db
+def test_an_invalid_policy_is_refused_with_the_reason(admin_client_):
+    current_policy()
+    data = editor_post(admin_client_, auto_approve_below="8", high_risk_at="5")
+    response = admin_client_.post(reverse("console:policy"), data)
+    assert response.status_code == 400
+    assert "must not be below the auto-approve threshold" in response.content.decode()
+    assert PolicyVersion.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_creating_an_agent_shows_its_token_once(admin_client_, reviewer):
+    response = admin_client_.post(
+        reverse("console:agents"),
+        {"name": "deploy-bot", "capabilities": "script.execute, docker.*", "owner": reviewer.pk},
+    )
+    html = response.content.decode()
+    token = re.search(r'id="new-token" class="token">([^<]+)<', html).group(1)
+    agent = Agent.objects.get(name="deploy-bot")
+    assert agent.token_hash == hash_token(token)
+    assert agent.capabilities == ["script.execute", "docker.*"] and agent.owner == reviewer
+    assert client_for(token).get("/api/v1/capabilities").status_code == 200
+    assert token not in admin_client_.get(reverse("console:agents")).content.decode()
+
+
+@pytest.mark.django_db
+def test_a_bad_agent_name_or_capability_is_explained(admin_client_):
+    response = admin_client_.post(
+        reverse("console:agents"), {"name": "bad name", "capabilities": "script.execute"}
+    )
+    assert response.status_code == 400
+    assert "must be letters, digits" in response.content.decode()
+    response = admin_client_.post(
+        reverse("console:agents"), {"name": "ok-bot", "capabilities": "Rm -rf"}
+    )
+    assert "is not an action-name glob" in response.content.decode()
+    assert not Agent.objects.filter(name="ok-bot").exists()
+
+
+@pytest.mark.django_db
+def test_revoking_an_agent_stops_its_token(admin_client_, agent_and_token):
+    agent, token = agent_and_token
+    admin_client_.post(reverse("console:agent-action", args=[agent.pk, "revoke"]))
+    agent.refresh_from_db()
+    assert agent.is_active is False
+    assert client_for(token).get("/api/v1/capabilities").status_code == 401
+    assert AuditEvent.objects.filter(verb="agent.revoked").exists()
+    admin_client_.post(reverse("console:agent-action", args=[agent.pk, "restore"]))
+    assert client_for(token).get("/api/v1/capabilities").status_code == 200
+
+
+@pytest.mark.django_db
+def test_rotating_a_token_shows_the_new_one_and_retires_the_old(admin_client_, agent_and_token):
+    agent, old = agent_and_token
+    html = admin_client_.post(
+        reverse("console:agent-action", args=[agent.pk, "rotate"])
+    ).content.decode()
+    new = re.search(r'id="new-token" class="token">([^<]+)<', html).group(1)
+    assert new != old
+    assert client_for(old).get("/api/v1/capabilities").status_code == 401
+    assert client_for(new).get("/api/v1/capabilities").status_code == 200
+
+
+@pytest.mark.django_db
+def test_editing_capabilities(admin_client_, agent):
+    url = reverse("console:agent-action", args=[agent.pk, "capabilities"])
+    admin_client_.post(url, {"capabilities": "docker.*\nhost.service_status"})
+    agent.refresh_from_db()
+    assert agent.capabilities == ["docker.*", "host.service_status"]
+    response = admin_client_.post(url, {"capabilities": "NOT VALID"}, follow=True)
+    assert "is not an action-name glob" in response.content.decode()
+    agent.refresh_from_db()
+    assert agent.capabilities == ["docker.*", "host.service_status"]
+
+
+@pytest.mark.django_db
+def test_admins_grant_and_withdraw_review_rights(admin_client_, outsider):
+    url = reverse("console:set-reviewer", args=[outsider.pk])
+    admin_client_.post(url, {"reviewer": "on"})
+    assert is_reviewer(outsider)
+    assert 'id="withdraw-' in admin_client_.get(reverse("console:users")).content.decode()
+    admin_client_.post(url, {})
+    outsider.refresh_from_db()
+    assert not is_reviewer(type(outsider).objects.get(pk=outsider.pk))
+    verbs = list(AuditEvent.objects.values_list("verb", flat=True))
+    assert "user.review_granted" in verbs and "user.review_withdrawn" in verbs
+
+
+@pytest.mark.django_db
+def test_the_audit_trail_shows_the_chain_status(admin_client_, agent):
+    html = admin_client_.get(reverse("console:audit")).content.decode()
+    assert "Chain verified" in html and "agent.created" in html
+    AuditEvent.objects.filter(seq=1).update(actor="user:mallory")
+    html = admin_client_.get(reverse("console:audit")).content.decode()
+    assert "Chain broken at event 1" in html and "row 1 was edited" in html
+
+
+@pytest.mark.django_db
+def test_an_edit_in_the_editor_decides_the_next_proposal(admin_client_, agent_and_token):
+    api = client_for(agent_and_token[1])
+    medium = {
+        "action": "script.execute",
+        "parameters": {"language": "python", "code": "import os\nprint(os.getcwd())"},
+    }
+    before = api.post("/api/v1/proposals", medium, format="json").json()
+    assert before["status"] == "pending"
+    data = editor_post(
+        admin_client_, auto_approve_below="9", high_risk_at="10", comment="let it run"
+    )
+    admin_client_.post(reverse("console:policy"), data)
+    after = api.post("/api/v1/proposals", medium, format="json").json()
+    assert after["status"] == "approved"
+    assert after["decision_path"]["policy_version"] == before["decision_path"]["policy_version"] + 1
+    assert AuditEvent.objects.filter(verb="policy.updated", actor="user:ada").exists()
+
+
+@pytest.mark.django_db
+def test_djangos_admin_adds_policy_versions_through_the_same_validation(admin_client_):
+    import json as json_
+
+    url = reverse("admin:approvals_policyversion_add")
+    data = {**current_policy().as_data(), "auto_approve_below": 2}
+    response = admin_client_.post(url, {"data": json_.dumps(data), "comment": "via admin"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert current_policy().auto_approve_below == 2
+    assert AuditEvent.objects.filter(verb="policy.updated").exists()
+    bad = {**data, "high_risk_at": 1, "auto_approve_below": 5}
+    response = admin_client_.post(url, {"data": json_.dumps(bad), "comment": "bad"})
+    assert response.status_code == 200
+    assert current_policy().auto_approve_below == 2

@@ -1,0 +1,169 @@
+"""``/ws/queue/``: htmx out-of-band fragments for the queue, the badge and a proposal's panel."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from approvals import services
+from console.asgi import application
+
+from .conftest import pending_proposal
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _in_memory_layer(settings):
+    # The fragments are the subject here, not the embedded layer's polling.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
+async def _close_consumer_connections():
+    # Consumers query from the sync-to-async worker thread; close its connection
+    # so the test database can be dropped at the end (PostgreSQL refuses otherwise).
+    yield
+    from django.db import connections
+
+    await database_sync_to_async(connections.close_all)()
+
+
+async def connect(user, query: str = "") -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(
+        application,
+        "/ws/queue/" + (f"?{query}" if query else ""),
+        headers=[(b"origin", b"http://localhost")],
+    )
+    if user is not None:
+        communicator.scope["user"] = user
+    return communicator
+
+
+async def receive_until(communicator, needle: str, timeout: float = 10) -> str:
+    async with asyncio.timeout(timeout):
+        while True:
+            html = await communicator.receive_from(timeout=timeout)
+            if needle in html:
+                return html
+
+
+async def test_a_reviewer_gets_a_snapshot_then_new_proposals_without_a_reload(reviewer, agent):
+    first = await database_sync_to_async(pending_proposal)(agent, risk=5)
+    communicator = await connect(reviewer)
+    connected, _ = await communicator.connect()
+    assert connected
+    snapshot = await communicator.receive_from(timeout=5)
+    assert 'id="pending-count"' in snapshot and 'hx-swap-oob="true"' in snapshot
+    assert f'id="proposal-row-{first.pk}"' in snapshot
+
+    proposal = await database_sync_to_async(services.submit)(
+        agent,
+        {
+            "action": "script.execute",
+            "parameters": {"language": "python", "code": "import os\nprint(os.listdir('.'))"},
+        },
+    )
+    html = await receive_until(communicator, f'id="proposal-row-{proposal.proposal.pk}"')
+    assert '<div id="queue-list" hx-swap-oob="true">' in html
+    assert ">2</span>" in html  # the badge
+    await communicator.disconnect()
+
+
+async def test_a_decided_proposal_leaves_the_queue(reviewer, reviewer2, agent):
+    proposal = await database_sync_to_async(pending_proposal)(agent)
+    communicator = await connect(reviewer)
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)
+    await database_sync_to_async(services.decide)(proposal.pk, reviewer2, "reject", "no")
+    html = await receive_until(communicator, "queue-list")
+    assert f'proposal-row-{proposal.pk}"' not in html
+    assert "Nothing waits for review." in html
+    await communicator.disconnect()
+
+
+async def test_the_queue_fragment_keeps_the_page_filters(reviewer, agent):
+    low = await database_sync_to_async(pending_proposal)(agent, risk=2)
+    high = await database_sync_to_async(pending_proposal)(agent, risk=9, required=2)
+    communicator = await connect(reviewer, "risk=high")
+    await communicator.connect()
+    html = await communicator.receive_from(timeout=5)
+    assert f"proposal-row-{high.pk}" in html and f"proposal-row-{low.pk}" not in html
+    await communicator.disconnect()
+
+
+async def test_a_proposal_page_gets_its_panel_when_someone_else_decides(reviewer, reviewer2, agent):
+    proposal = await database_sync_to_async(pending_proposal)(agent, risk=9, required=2)
+    communicator = await connect(reviewer, f"proposal={proposal.pk}")
+    await communicator.connect()
+    snapshot = await communicator.receive_from(timeout=5)
+    assert '<div id="proposal-state" hx-swap-oob="true">' in snapshot
+    assert "decide-area" not in snapshot  # a comment being typed is never wiped
+    await database_sync_to_async(services.decide)(proposal.pk, reviewer2, "approve", "lgtm")
+    html = await receive_until(communicator, "lgtm")
+    assert 'id="approvals-remaining">1<' in html
+    await database_sync_to_async(services.decide)(proposal.pk, reviewer, "approve", "")
+    html = await receive_until(communicator, "status-approved")
+    assert '<div id="decide-area" hx-swap-oob="true">' in html
+    assert 'id="execution-link"' in html
+    await communicator.disconnect()
+
+
+async def test_notifications_arrive_as_notices(reviewer, agent):
+    proposal = await database_sync_to_async(pending_proposal)(agent)
+    communicator = await connect(reviewer)
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)
+    from channels.layers import get_channel_layer
+
+    await get_channel_layer().group_send(
+        "proposals",
+        {
+            "type": "notification",
+            "kind": "review_requested",
+            "proposal_id": proposal.pk,
+            "status": "pending",
+            "action": "script.execute",
+            "agent": agent.name,
+            "summary": "x",
+            "risk": 5,
+            "url": "",
+            "at": "",
+        },
+    )
+    html = await receive_until(communicator, "notice")
+    assert 'hx-swap-oob="afterbegin:#notices"' in html and "waits for review" in html
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("who", ["anonymous", "outsider", "agent"])
+async def test_only_reviewers_may_listen(who, outsider, agent):
+    from django.contrib.auth.models import AnonymousUser
+
+    from approvals.authentication import AgentPrincipal
+
+    user = {"anonymous": AnonymousUser(), "outsider": outsider, "agent": AgentPrincipal(agent)}[who]
+    communicator = await connect(user)
+    connected, code = await communicator.connect()
+    assert not connected and code == 4403
+
+
+async def test_an_agent_token_header_is_refused(agent_and_token):
+    communicator = WebsocketCommunicator(
+        application,
+        "/ws/queue/",
+        headers=[
+            (b"origin", b"http://localhost"),
+            (b"authorization", f"Bearer {agent_and_token[1]}".encode()),
+        ],
+    )
+    connected, code = await communicator.connect()
+    assert not connected and code == 4403

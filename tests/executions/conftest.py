@@ -1,0 +1,91 @@
+"""Fixtures for the execution suites: real sandbox backends, or a skip with the reason.
+
+Tests that need a Docker engine, the sandbox image or the runsc runtime skip
+when this host lacks them — and fail instead under ``CI=true``, where a
+missing engine is a broken pipeline, not a reason to pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from executions.sandboxes import Sandbox, backend_class
+from tests.support import require
+
+
+def backend_problem(name: str) -> str | None:
+    """Why the named backend cannot run here, or None when it can."""
+    try:
+        availability = backend_class(name).probe()
+    except Exception as exc:  # an import or probe failure is a reason too
+        return f"sandbox backend {name!r} cannot be probed: {exc}"
+    return None if availability.ok else f"sandbox backend {name!r}: {availability.reason}"
+
+
+def require_backend(name: str) -> None:
+    """Skip (or, under CI=true, fail) unless the named backend works here."""
+    problem = backend_problem(name)
+    require(problem is None, problem or "")
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    require_backend("docker")
+
+
+@pytest.fixture(scope="session")
+def gvisor_ready() -> None:
+    require_backend("gvisor")
+
+
+@pytest.fixture
+def make_sandbox() -> Iterator[Callable[..., Sandbox]]:
+    """Build backends directly (``make_sandbox(DockerSandbox, mode="oneshot")``); closed afterwards."""
+    made: list[Sandbox] = []
+
+    def make(cls: type[Sandbox], **kwargs) -> Sandbox:
+        sandbox = cls(**kwargs)
+        made.append(sandbox)
+        return sandbox
+
+    yield make
+    for sandbox in made:
+        sandbox.close()
+
+
+# Every sandbox configuration of this host: (name, backend, constructor kwargs).
+SANDBOX_CONFIGS = {
+    "local-nobwrap": ("local", {"use_bwrap": False}),
+    "local-bwrap": ("local", {"use_bwrap": True}),
+    "docker-oneshot": ("docker", {"mode": "oneshot"}),
+    "docker-keepalive": ("docker", {"mode": "keepalive"}),
+    "gvisor-oneshot": ("gvisor", {"mode": "oneshot"}),
+    "gvisor-keepalive": ("gvisor", {"mode": "keepalive"}),
+}
+
+
+def _config_problem(backend: str, kwargs: dict) -> str | None:
+    problem = backend_problem(backend)
+    if problem is None and kwargs.get("use_bwrap"):
+        availability = backend_class(backend).probe()
+        if availability.isolation != "namespaces":
+            problem = f"bubblewrap is not usable here: {availability.reason}"
+    return problem
+
+
+@pytest.fixture(scope="module", params=list(SANDBOX_CONFIGS))
+def any_sandbox(request) -> Iterator[tuple[str, Sandbox]]:
+    """(configuration name, instance) for every backend and mode; one instance per module.
+
+    Sharing the instance across a module's tests is deliberate: a keep-alive
+    container then serves run after run, which is what cleanliness is about.
+    """
+    name = request.param
+    backend, kwargs = SANDBOX_CONFIGS[name]
+    problem = _config_problem(backend, kwargs)
+    require(problem is None, problem or "")
+    sandbox = backend_class(backend)(**kwargs)
+    yield name, sandbox
+    sandbox.close()

@@ -1,0 +1,121 @@
+"""Live output over the websocket: auth, resume after a disconnect, final status."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from approvals.services import submit
+from console.asgi import application
+from executions import services
+
+LINES = 40
+CODE = f"import time\nfor i in range({LINES}):\n    print(f'line {{i}}', flush=True)\n    time.sleep(0.05)\n"
+EXPECTED = "".join(f"line {i}\n" for i in range(LINES))
+
+
+def connect(
+    execution_id: int, token: str | None, after: int | None = None
+) -> WebsocketCommunicator:
+    path = f"/ws/executions/{execution_id}/" + (f"?after={after}" if after is not None else "")
+    headers = [(b"origin", b"http://localhost")]
+    if token:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+@database_sync_to_async
+def approved_execution(agent, code: str = CODE) -> int:
+    proposal = submit(
+        agent, {"action": "script.execute", "parameters": {"language": "python", "code": code}}
+    ).proposal
+    return proposal.execution_id
+
+
+async def receive_until(communicator, stop, timeout: float = 20.0) -> list[dict]:
+    messages = []
+    async with asyncio.timeout(timeout):
+        while True:
+            message = await communicator.receive_json_from(timeout=timeout)
+            messages.append(message)
+            if stop(message, messages):
+                return messages
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+async def test_a_client_that_disconnects_and_resumes_gets_exactly_the_output(agent_and_token):
+    agent, token = agent_and_token
+    execution_id = await approved_execution(agent)
+    worker = threading.Thread(target=services.run, args=[execution_id])
+    worker.start()
+    try:
+        first = connect(execution_id, token)
+        connected, _ = await first.connect()
+        assert connected
+        part = await receive_until(
+            first, lambda m, ms: sum(len(x.get("data", "")) for x in ms) >= 60
+        )
+        await first.disconnect()
+        last_seq = max(m["seq"] for m in part if m["type"] == "chunk")
+
+        second = connect(execution_id, token, after=last_seq)
+        connected, _ = await second.connect()
+        assert connected
+        rest = await receive_until(second, lambda m, ms: m["type"] == "status")
+        await second.disconnect()
+    finally:
+        await asyncio.to_thread(worker.join)
+    chunks = [m for m in part + rest if m["type"] == "chunk"]
+    seqs = [c["seq"] for c in chunks]
+    assert seqs == list(range(1, len(seqs) + 1)), "a gap or a duplicate"
+    assert "".join(c["data"] for c in chunks) == EXPECTED
+    assert rest[-1]["status"] == "succeeded"
+    assert rest[-1]["terminal"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+async def test_a_finished_execution_replays_everything_then_the_status(agent_and_token):
+    agent, token = agent_and_token
+    execution_id = await approved_execution(agent, "print('a')\nprint('b')")
+    await database_sync_to_async(services.run)(execution_id)
+    communicator = connect(execution_id, token)
+    assert (await communicator.connect())[0]
+    messages = await receive_until(communicator, lambda m, ms: m["type"] == "status")
+    assert "".join(m["data"] for m in messages if m["type"] == "chunk") == "a\nb\n"
+    assert messages[-1]["status"] == "succeeded"
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+@pytest.mark.parametrize("who", ["anonymous", "bad-token", "other-agent"])
+async def test_strangers_are_refused(agent_and_token, make_agent, who):
+    agent, _ = agent_and_token
+    execution_id = await approved_execution(agent, "print(1)")
+    token = {"anonymous": None, "bad-token": "alk_nope"}.get(who)
+    if who == "other-agent":
+        _, token = await database_sync_to_async(make_agent)("other", ["*"])
+    communicator = connect(execution_id, token)
+    connected, code = await communicator.connect()
+    assert not connected
+    assert code in (4401, 4404)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+async def test_a_bad_after_is_refused(agent_and_token):
+    agent, token = agent_and_token
+    execution_id = await approved_execution(agent, "print(1)")
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/executions/{execution_id}/?after=minus",
+        headers=[(b"origin", b"http://localhost"), (b"authorization", f"Bearer {token}".encode())],
+    )
+    connected, code = await communicator.connect()
+    assert (connected, code) == (False, 4400)

@@ -1,0 +1,575 @@
+"""The local sandbox backend and its persistent sessions, with and without bubblewrap.
+
+Attacks live in test_sandbox_adversarial.py; these are the ordinary behaviours:
+languages, streaming, limits, environment, cancel, clean-up, sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import tempfile
+import threading
+import time
+
+import pytest
+
+from executions.sandboxes import local
+from executions.sandboxes.base import (
+    Limits,
+    MemorySink,
+    OutputSink,
+    RunRequest,
+    SandboxError,
+    SandboxUnavailable,
+    UnsupportedLanguage,
+)
+from executions.sandboxes.local import LocalSandbox
+from executions.sandboxes.sessions import SessionRegistry, open_session
+from tests.support import require
+
+ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(scope="module", params=["nobwrap", "bwrap"])
+def sandbox(request):
+    use_bwrap = request.param == "bwrap"
+    if use_bwrap:
+        availability = LocalSandbox.probe()
+        require(availability.isolation == "namespaces", f"no bubblewrap: {availability.reason}")
+    instance = LocalSandbox(use_bwrap=use_bwrap)
+    yield instance
+    instance.close()
+
+
+def run(sandbox, code, language="python", sink=None, cancel=None, **limits):
+    sink = sink if sink is not None else MemorySink()
+    limits = {"timeout_seconds": 10, **limits}
+    outcome = sandbox.run(RunRequest(language, code, Limits(**limits)), sink, cancel)
+    return outcome, sink
+
+
+class TimedSink(OutputSink):
+    """Records when each piece of output arrived."""
+
+    def __init__(self):
+        super().__init__()
+        self.arrivals: list[tuple[float, str]] = []
+
+    def emit(self, stream, text):
+        self.arrivals.append((time.monotonic(), text))
+
+
+# --- languages and results -------------------------------------------------------------
+
+
+def test_it_runs_python_and_separates_the_streams(sandbox):
+    outcome, sink = run(sandbox, "import sys\nprint('hi')\nprint('oops', file=sys.stderr)")
+    assert outcome.success and outcome.exit_code == 0
+    assert (sink.stdout, sink.stderr) == ("hi\n", "oops\n")
+    assert outcome.backend == "local"
+    assert outcome.details["isolation"] == sandbox.isolation
+    assert outcome.details["limits"]["timeout_seconds"] == 10
+
+
+def test_it_runs_bash(sandbox):
+    outcome, sink = run(sandbox, 'echo "$((6 * 7))"; exit 3', language="bash")
+    assert sink.stdout == "42\n"
+    assert outcome.exit_code == 3 and not outcome.success
+
+
+def test_it_runs_javascript_when_node_is_installed(sandbox):
+    require(local._which("node") is not None, "node is not installed")
+    outcome, sink = run(sandbox, "console.log([1, 2, 3].map((x) => x * 2).join(','))", "javascript")
+    assert outcome.success, sink.stderr
+    assert sink.stdout == "2,4,6\n"
+
+
+def test_javascript_without_node_says_what_is_missing(sandbox, monkeypatch):
+    monkeypatch.setattr(local, "_which", lambda name: None)
+    with pytest.raises(UnsupportedLanguage, match="node"):
+        run(sandbox, "console.log(1)", "javascript")
+
+
+def test_an_unknown_language_is_refused(sandbox):
+    with pytest.raises(UnsupportedLanguage):
+        run(sandbox, "puts 1", "ruby")
+
+
+def test_an_exception_is_a_failure_with_its_traceback(sandbox):
+    outcome, sink = run(sandbox, "raise ValueError('boom')")
+    assert outcome.exit_code == 1 and not outcome.success
+    assert "ValueError: boom" in sink.stderr
+
+
+def test_a_large_script_is_written_to_a_file_not_argv(sandbox):
+    # Far beyond one argv string's limit (128 KiB).
+    code = "data = '" + "x" * 2_000_000 + "'\nprint(len(data))\n"
+    outcome, sink = run(sandbox, code)
+    assert outcome.success, sink.stderr[-500:]
+    assert sink.stdout == "2000000\n"
+
+
+def test_non_ascii_code_and_output_survive(sandbox):
+    outcome, sink = run(sandbox, "print('héllo → 世界')")
+    assert sink.stdout == "héllo → 世界\n", sink.stderr
+
+
+# --- environment, stdin, work dir -----------------------------------------------------
+
+
+def test_the_environment_is_scrubbed(sandbox, monkeypatch):
+    monkeypatch.setenv("SECRET_KEY", "do-not-leak")
+    monkeypatch.setenv("DATABASE_URL", "postgres://x:do-not-leak@db/x")
+    outcome, sink = run(sandbox, "import os\nprint(sorted(os.environ))\nprint(os.environ['HOME'])")
+    names = eval(sink.stdout.splitlines()[0])
+    assert set(names) <= {"PATH", "HOME", "LANG", "TMPDIR", "PWD"}
+    assert {"PATH", "HOME", "LANG", "TMPDIR"} <= set(names)
+    assert "do-not-leak" not in sink.stdout
+
+
+def test_home_is_the_work_dir_and_it_is_writable(sandbox):
+    code = "import os\nopen('f.txt', 'w').write('x')\nprint(os.getcwd() == os.environ['HOME'])"
+    outcome, sink = run(sandbox, code)
+    assert outcome.success and sink.stdout == "True\n", sink.stderr
+
+
+def test_stdin_is_closed(sandbox):
+    outcome, sink = run(sandbox, "import sys\nprint(repr(sys.stdin.read()))")
+    assert sink.stdout == "''\n", sink.stderr
+
+
+def test_the_work_dir_is_removed_afterwards(sandbox):
+    outcome, sink = run(sandbox, "import os\nopen('left.txt', 'w').write('x')\nprint(os.getcwd())")
+    if sandbox.isolation == "weak":
+        assert not os.path.exists(sink.stdout.strip())
+    # With bubblewrap the work dir is a tmpfs of the run's namespace: nothing on the host.
+    outcome, sink = run(sandbox, "import os\nprint(os.listdir('.'))")
+    assert "left.txt" not in sink.stdout
+
+
+def test_each_run_has_its_own_unprivileged_uid(sandbox):
+    if not ROOT:
+        pytest.skip("only a root worker can give each run its own uid")
+    uids = [run(sandbox, "pass")[0].details["uid"] for _ in range(2)]
+    assert uids[0] != uids[1] and 0 not in uids
+    outcome, sink = run(sandbox, "import os\nprint(os.getuid(), os.geteuid())")
+    assert "0" not in sink.stdout.split()
+
+
+def test_the_rlimits_are_in_force(sandbox):
+    code = (
+        "import resource as r\n"
+        "for name in ('RLIMIT_AS', 'RLIMIT_FSIZE', 'RLIMIT_CORE', 'RLIMIT_CPU'):\n"
+        "    print(name, r.getrlimit(getattr(r, name))[1])\n"
+    )
+    outcome, sink = run(sandbox, code, memory_mb=200, max_file_size_mb=3, timeout_seconds=4)
+    limits = dict(line.split() for line in sink.stdout.splitlines())
+    assert int(limits["RLIMIT_AS"]) == 200 * 1024 * 1024
+    assert int(limits["RLIMIT_FSIZE"]) == 3 * 1024 * 1024
+    assert int(limits["RLIMIT_CORE"]) == 0
+    assert int(limits["RLIMIT_CPU"]) == 6  # the wall timeout + 1, plus a hard second
+
+
+def test_without_setpriv_and_prlimit_the_limits_still_apply(sandbox, monkeypatch):
+    # Then the uid and rlimits are set in a preexec_fn (a slower full fork).
+    monkeypatch.setattr(local, "_launch_tools", lambda: (None, None))
+    monkeypatch.setattr(sandbox, "_prewarm_later", lambda *args: None)
+    code = "import os, resource as r\nprint(os.getuid() != 0, r.getrlimit(r.RLIMIT_AS)[1])"
+    outcome, sink = run(sandbox, code, memory_mb=190)
+    assert sink.stdout == f"True {190 * 1024 * 1024}\n", sink.stderr
+    assert not outcome.details["warm"]
+
+
+def test_node_gets_a_data_limit_instead_of_an_address_space_limit():
+    rlimits = {res: (soft, hard) for res, soft, hard in local.rlimits_for(Limits(), "javascript")}
+    assert resource.RLIMIT_AS not in rlimits
+    assert rlimits[resource.RLIMIT_DATA] == (256 * 1024 * 1024, 256 * 1024 * 1024)
+
+
+def test_bubblewrap_runs_have_no_network_and_a_read_only_root(sandbox):
+    if sandbox.isolation != "namespaces":
+        pytest.skip("only with bubblewrap")
+    code = (
+        "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))\n"
+        "try:\n    open('/usr/x', 'w')\nexcept OSError as e:\n    print('ro', e.errno)\n"
+    )
+    outcome, sink = run(sandbox, code)
+    assert sink.stdout == "['lo']\nro 30\n", sink.stderr
+
+
+def test_bubblewrap_runs_see_only_the_needed_part_of_etc(sandbox):
+    if sandbox.isolation != "namespaces":
+        pytest.skip("only with bubblewrap")
+    outcome, sink = run(sandbox, "import os\nprint(sorted(os.listdir('/etc')))")
+    visible = set(eval(sink.stdout))
+    assert visible <= {entry.split("/")[0] for entry in local.ETC_ENTRIES}
+    assert {"passwd", "hosts", "ld.so.cache"} <= visible and "shadow" not in visible
+
+
+# --- streaming, timeout, cancel -------------------------------------------------------
+
+
+def test_output_streams_while_the_code_runs(sandbox):
+    sink = TimedSink()
+    code = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')"
+    started = time.monotonic()
+    outcome, _ = run(sandbox, code, sink=sink)
+    ended = time.monotonic()
+    assert outcome.success
+    first_at = next(at for at, text in sink.arrivals if "first" in text)
+    assert ended - first_at > 1.0, "output arrived only at the end"
+    assert first_at - started < 1.0
+
+
+def test_a_timeout_stops_the_run(sandbox):
+    outcome, sink = run(
+        sandbox, "import time\nprint('start', flush=True)\ntime.sleep(30)", timeout_seconds=1
+    )
+    assert outcome.timed_out and not outcome.success
+    assert 900 <= outcome.duration_ms < 3000
+    assert sink.stdout == "start\n"
+
+
+def test_cancel_stops_the_run_within_a_second(sandbox):
+    cancel = threading.Event()
+    tag = f"airlock-cancel-{os.getpid()}-{time.monotonic_ns()}"
+    code = f"import os, time\nif os.fork() == 0:\n    os.execv('/bin/sleep', ['{tag}', '60'])\ntime.sleep(60)"
+    threading.Timer(0.7, cancel.set).start()
+    started = time.monotonic()
+    outcome, _ = run(sandbox, code, cancel=cancel, timeout_seconds=60)
+    assert outcome.cancelled and not outcome.timed_out and not outcome.success
+    assert time.monotonic() - started < 0.7 + 1.0
+    assert not _host_processes_with(tag)
+
+
+def test_nothing_of_a_run_is_left_when_it_returns(sandbox):
+    tag = f"airlock-daemon-{os.getpid()}-{time.monotonic_ns()}"
+    code = (
+        "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        null = os.open('/dev/null', os.O_RDWR)\n"
+        "        for fd in (0, 1, 2):\n            os.dup2(null, fd)\n"
+        f"        os.execv('/bin/sleep', ['{tag}', '60'])\n    os._exit(0)\n"
+        "import time\ntime.sleep(0.2)\n"
+    )
+    for _ in range(3):
+        outcome, _ = run(sandbox, code)
+        assert outcome.success
+        assert not _host_processes_with(tag)  # at once: no grace period
+        if ROOT:
+            assert not _live_processes_of(outcome.details["uid"])
+
+
+def _live_processes_of(uid: int) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        if f"\nUid:\t{uid}\t" in status and "\nState:\tZ" not in status:
+            found.append(pid)
+    return found
+
+
+def test_output_past_the_cap_is_cut_and_flagged(sandbox):
+    sink = MemorySink(cap_bytes=1000)
+    outcome, _ = run(sandbox, "print('x' * 5000)", sink=sink)
+    assert outcome.success
+    assert sink.truncated and len(sink.stdout) == 1000
+
+
+def test_a_segfault_is_a_failure(sandbox):
+    outcome, _ = run(sandbox, "import ctypes\nctypes.string_at(0)")
+    assert not outcome.success and outcome.exit_code not in (0, None)
+
+
+def test_concurrent_runs_do_not_mix(sandbox):
+    results = {}
+
+    def one(n):
+        results[n] = run(sandbox, f"import time\ntime.sleep(0.3)\nprint({n})")
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {n: sink.stdout for n, (_, sink) in results.items()} == {n: f"{n}\n" for n in range(4)}
+
+
+def _host_processes_with(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+# --- pre-started interpreters -----------------------------------------------------------
+
+
+def _warm_run(sandbox, code, **limits):
+    """Run ``code`` on an interpreter started ahead of time for these limits."""
+    limits = {"timeout_seconds": 10, **limits}
+    key = ("python", Limits(**limits))
+    run(sandbox, "pass", **limits)
+    deadline = time.monotonic() + 15
+    while key not in sandbox._warm:
+        assert time.monotonic() < deadline, "no interpreter was pre-started"
+        time.sleep(0.02)
+    outcome, sink = run(sandbox, code, **limits)
+    assert outcome.details["warm"], outcome
+    return outcome, sink
+
+
+def test_a_pre_started_interpreter_runs_the_code_like_a_script(sandbox):
+    code = (
+        "print(sorted(k for k in globals() if not k.startswith('__')))\n"
+        "import sys\n"
+        "print(__name__, __file__.endswith('main.py'), sys.argv == [__file__])\n"
+        "print(repr(sys.stdin.read()))\n"
+        "raise KeyError('x')\n"
+    )
+    outcome, sink = _warm_run(sandbox, code, memory_mb=255)
+    assert sink.stdout == "[]\n__main__ True True\n''\n", sink.stderr
+    assert outcome.exit_code == 1
+    assert 'main.py", line 5, in <module>' in sink.stderr and "<string>" not in sink.stderr
+    assert sink.stderr.startswith("Traceback") and sink.stderr.endswith("KeyError: 'x'\n")
+
+
+def test_a_pre_started_interpreter_reports_syntax_errors_like_a_script(sandbox):
+    outcome, sink = _warm_run(sandbox, "x = = 1\n", memory_mb=254)
+    assert outcome.exit_code == 1
+    assert "SyntaxError" in sink.stderr and "<string>" not in sink.stderr
+
+
+def test_a_pre_started_interpreter_honours_sys_exit(sandbox):
+    outcome, _ = _warm_run(sandbox, "import sys\nsys.exit(7)\n", memory_mb=253)
+    assert outcome.exit_code == 7
+
+
+def test_closing_the_sandbox_ends_its_pre_started_interpreters():
+    sandbox = LocalSandbox()
+    _warm_run(sandbox, "pass")
+    deadline = time.monotonic() + 15
+    while not sandbox._warm:  # the replacement for the one just used
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    warm = list(sandbox._warm.values())
+    sandbox.close()
+    assert all(process.poll() is not None for process in warm)
+
+
+# --- probe and configuration -------------------------------------------------------------
+
+
+def test_probe_reports_namespaces_with_working_bubblewrap():
+    availability = LocalSandbox.probe()
+    assert availability.ok
+    bwrap, _, _ = local._bwrap_features()
+    assert availability.isolation == ("namespaces" if bwrap else "weak")
+
+
+def test_without_bubblewrap_the_probe_says_weak(monkeypatch):
+    monkeypatch.setattr(local, "_bwrap_features", lambda: (None, "bwrap missing", frozenset()))
+    availability = LocalSandbox.probe()
+    assert availability.ok and availability.isolation == "weak"
+    assert "bwrap missing" in availability.reason
+    assert LocalSandbox().isolation == "weak"
+    with pytest.raises(SandboxUnavailable):
+        LocalSandbox(use_bwrap=True)
+
+
+def test_the_seccomp_filter_is_well_formed():
+    program = local.seccomp_program()
+    if program is None:
+        pytest.skip("x86_64 only")
+    assert len(program) % 8 == 0 and len(program) // 8 < 255
+
+
+# --- sessions ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def session(sandbox):
+    opened = sandbox.open_session("python", Limits(timeout_seconds=5))
+    yield opened
+    opened.close()
+
+
+def execute(session, code, **limits):
+    sink = MemorySink()
+    outcome = session.execute(code, sink, limits=Limits(**{"timeout_seconds": 5, **limits}))
+    return outcome, sink
+
+
+def test_session_state_survives_between_executes(session):
+    assert execute(session, "x = 41")[0].success
+    outcome, sink = execute(session, "print(x + 1)")
+    assert outcome.success and sink.stdout == "42\n"
+    assert outcome.details["session"] == session.id
+
+
+def test_sessions_do_not_see_each_others_state(sandbox, session):
+    execute(session, "secret = 'mine'")
+    other = sandbox.open_session()
+    try:
+        outcome, sink = execute(other, "print(secret)")
+        assert outcome.exit_code == 1 and "NameError" in sink.stderr
+        outcome, sink = execute(other, "import os\nprint(os.getpid(), os.getuid())")
+        assert outcome.success
+    finally:
+        other.close()
+    assert execute(session, "print(secret)")[1].stdout == "mine\n"
+
+
+def test_a_failing_snippet_keeps_the_session(session):
+    execute(session, "y = 1")
+    outcome, sink = execute(session, "1 / 0")
+    assert outcome.exit_code == 1 and "ZeroDivisionError" in sink.stderr
+    assert "<snippet 2>" in sink.stderr
+    assert execute(session, "print(y)")[1].stdout == "1\n"
+
+
+def test_a_session_snippet_can_exit_with_a_code(session):
+    assert execute(session, "raise SystemExit(4)")[0].exit_code == 4
+    assert execute(session, "print('still here')")[1].stdout == "still here\n"
+
+
+def test_a_session_timeout_interrupts_the_snippet_and_keeps_the_state(session):
+    execute(session, "z = 'kept'")
+    outcome, sink = execute(
+        session, "import time\nwhile True:\n    time.sleep(0.05)", timeout_seconds=1
+    )
+    assert outcome.timed_out and "KeyboardInterrupt" in sink.stderr
+    assert execute(session, "print(z)")[1].stdout == "kept\n"
+
+
+def test_a_snippet_that_ignores_the_interrupt_ends_the_session(session):
+    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)"
+    outcome, _ = execute(session, code, timeout_seconds=1)
+    assert outcome.timed_out and session.closed
+    outcome, _ = execute(session, "print(1)")
+    assert outcome.error == "the session is closed"
+
+
+def test_a_crashing_session_reports_and_closes(session):
+    outcome, _ = execute(session, "import os\nos._exit(9)")
+    assert outcome.exit_code is not None and not outcome.success
+    assert session.closed
+
+
+def test_session_output_streams_and_is_capped(session):
+    sink = MemorySink(cap_bytes=100)
+    outcome = session.execute("print('a' * 1000)\nprint('b')", sink)
+    assert outcome.success and sink.truncated and sink.stdout == "a" * 100
+
+
+def test_closing_a_session_ends_what_it_started(session):
+    tag = f"airlock-session-{os.getpid()}-{time.monotonic_ns()}"
+    code = f"import os\nif os.fork() == 0:\n    os.setsid()\n    os.execv('/bin/sleep', ['{tag}', '60'])\n"
+    assert execute(session, code)[0].success
+    time.sleep(0.2)
+    assert _host_processes_with(tag)
+    session.close()
+    assert not _host_processes_with(tag)
+
+
+def test_a_session_outlives_the_thread_that_opened_it(sandbox):
+    opened = []
+    thread = threading.Thread(target=lambda: opened.append(sandbox.open_session()))
+    thread.start()
+    thread.join()
+    try:
+        time.sleep(0.3)
+        outcome, sink = execute(opened[0], "print('alive')")
+        assert outcome.success and sink.stdout == "alive\n"
+    finally:
+        opened[0].close()
+
+
+def test_sessions_support_python_only(sandbox):
+    with pytest.raises(UnsupportedLanguage):
+        sandbox.open_session("bash")
+
+
+def test_a_closed_session_refuses_to_execute(sandbox):
+    opened = sandbox.open_session()
+    opened.close()
+    outcome, _ = execute(opened, "print(1)")
+    assert outcome.error and not outcome.success
+
+
+def test_the_registry_lists_gets_and_destroys_sessions(sandbox):
+    registry = SessionRegistry(idle_seconds=600, max_sessions=2)
+    first = registry.create(sandbox)
+    try:
+        assert registry.get(first.id) is first
+        assert [entry["id"] for entry in registry.list()] == [first.id]
+        assert registry.list()[0]["backend"] == "local"
+        second = registry.create(sandbox)
+        with pytest.raises(SandboxError, match="too many"):
+            registry.create(sandbox)
+        assert registry.destroy(second.id) and second.closed
+        assert registry.get(second.id) is None
+        assert not registry.destroy(second.id)
+    finally:
+        registry.close_all()
+    assert first.closed and registry.list() == []
+
+
+def test_the_registry_reaps_idle_sessions(sandbox):
+    registry = SessionRegistry(idle_seconds=60)
+    idle, busy = registry.create(sandbox), registry.create(sandbox)
+    try:
+        idle.last_used -= 120  # as if unused for two minutes
+        execute(busy, "pass")
+        assert registry.reap_idle() == 1
+        assert idle.closed and registry.get(idle.id) is None
+        assert registry.get(busy.id) is busy
+    finally:
+        registry.close_all()
+
+
+def test_a_backend_without_sessions_says_so():
+    class NoSessions:
+        name = "plain"
+
+    with pytest.raises(SandboxError, match="plain sandbox backend does not offer"):
+        open_session(NoSessions())
+
+
+def test_work_dirs_of_a_dead_worker_are_removed():
+    stale = tempfile.mkdtemp(prefix=f"{local.BASE_DIR_PREFIX}999999999-")  # no such pid
+    alive = tempfile.mkdtemp(prefix=f"{local.BASE_DIR_PREFIX}{os.getpid()}-")
+    try:
+        local._remove_stale_base_dirs.__wrapped__()
+        assert not os.path.exists(stale) and os.path.exists(alive)
+    finally:
+        os.rmdir(alive)
+
+
+def test_a_forked_worker_leaves_the_parents_dirs_alone(sandbox):
+    # Celery's prefork pool forks workers from a parent that may have used the sandbox.
+    run(sandbox, "pass")
+    snapshot, parent = local._etc_snapshot(), os.getpid()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        code = 1
+        try:
+            _, sink = run(sandbox, "print('child')")
+            local._close_open_instances()  # what atexit does when the child exits
+            local._remove_if_mine(snapshot, parent)
+            code = 0 if sink.stdout == "child\n" else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.path.isdir(snapshot)
+    assert run(sandbox, "print('parent')")[1].stdout == "parent\n"

@@ -1,0 +1,178 @@
+"""A separate Celery worker process: the real broker (filesystem or Redis), the real database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+
+from approvals.services import submit
+from executions import services
+from executions.models import Execution, OutputChunk
+from tests import support
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker_env(extra: dict | None = None) -> dict:
+    env = {**os.environ, **(extra or {})}
+    database = django_settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        env["SQLITE_PATH"] = str(database["NAME"])
+    else:
+        env["DATABASE_URL"] = (
+            f"postgres://{database['USER']}:{database.get('PASSWORD') or ''}@{database['HOST'] or '127.0.0.1'}:"
+            f"{database['PORT'] or 5432}/{database['NAME']}"
+        )
+    env["WORKER_HEARTBEAT_SECONDS"] = "1"
+    return env
+
+
+class Worker:
+    def __init__(self, log_path: Path, queue: str, env: dict | None = None):
+        self.log_path = log_path
+        self.queue = queue
+        self.env = env
+        # Its own host name too, so host-bound work (sessions) stays in this test.
+        self.hostname = f"test-{uuid.uuid4().hex[:8]}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "2",
+            "-Q",
+            f"{self.queue},host.{self.hostname}",
+            "-n",
+            f"test-{uuid.uuid4().hex[:8]}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ]
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self.process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=worker_env({"WORKER_HOSTNAME": self.hostname, **(self.env or {})}),
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def worker(transactional_db, scripts_allowed, tmp_path, settings):
+    # A queue of its own: no message of another test (or another test process)
+    # reaches this worker, and none of this test's reaches theirs.
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"airlock-test-{uuid.uuid4().hex[:12]}"
+    started = Worker(tmp_path / "worker.log", settings.CELERY_TASK_DEFAULT_QUEUE)
+    started.start()
+    yield started
+    started.kill()
+
+
+def wait_for(predicate, timeout: float, worker: Worker, what: str):
+    return support.wait_for(
+        predicate, timeout, lambda: f"({what}); worker log:\n{worker.log()[-3000:]}"
+    )
+
+
+def propose(agent, code: str):
+    return submit(
+        agent, {"action": "script.execute", "parameters": {"language": "python", "code": code}}
+    ).proposal
+
+
+def test_an_approved_script_runs_on_a_separate_worker(worker, agent):
+    proposal = propose(agent, 'print("hi")')
+    assert proposal.status == "approved"
+    execution = wait_for(
+        lambda: Execution.objects.filter(pk=proposal.execution_id, status="succeeded").first(),
+        60,
+        worker,
+        "the execution",
+    )
+    assert execution.output_text("stdout") == "hi\n"
+    assert execution.worker_host
+    assert execution.dispatch_count == 1
+
+
+def test_a_worker_killed_mid_run_leaves_the_execution_lost_and_nothing_reruns_it(
+    worker, agent, settings
+):
+    settings.WORKER_LOST_AFTER_SECONDS = 3
+    marker = f"airlock-kill-{uuid.uuid4().hex}"
+    proposal = propose(
+        agent, f"import time\nprint('started {marker}', flush=True)\ntime.sleep(120)\n"
+    )
+    execution_id = proposal.execution_id
+    wait_for(
+        lambda: OutputChunk.objects.filter(execution_id=execution_id).exists(), 60, worker, "output"
+    )
+    worker.kill()
+
+    time.sleep(settings.WORKER_LOST_AFTER_SECONDS + 1.5)
+    assert services.sweep()["lost"] == 1
+    assert Execution.objects.get(pk=execution_id).status == "lost"
+
+    worker.start()  # a fresh worker, and the sweeper again: still nothing re-runs it
+    time.sleep(4)
+    assert services.sweep() == {"requeued": 0, "lost": 0}
+    execution = Execution.objects.get(pk=execution_id)
+    assert execution.status == "lost"
+    assert execution.output_text("stdout") == f"started {marker}\n"
+    assert execution.dispatch_count == 1
+
+
+def test_a_session_opened_and_used_through_a_separate_worker(worker, agent_and_token, settings):
+    from tests.conftest import client_for
+
+    worker.kill()
+    worker.env = {"SANDBOX_BACKEND": "local"}  # the backend that offers sessions everywhere
+    worker.start()
+    api = client_for(agent_and_token[1])
+    created = api.post("/api/v1/sandboxes", {"language": "python"}, format="json").json()
+    assert created["status"] == "active", (created, worker.log()[-3000:])
+
+    def run(code: str) -> Execution:
+        proposal = api.post(
+            f"/api/v1/sandboxes/{created['id']}/execute", {"code": code}, format="json"
+        ).json()
+        assert proposal["status"] == "approved", proposal
+        return wait_for(
+            lambda: Execution.objects.filter(
+                pk=proposal["execution_id"], status__in=["succeeded", "failed"]
+            ).first(),
+            60,
+            worker,
+            "the execute",
+        )
+
+    assert run("x = 41").status == "succeeded"
+    result = run("print(x + 1)")
+    assert (result.status, result.output_text("stdout")) == ("succeeded", "42\n")
+    assert result.queue == f"host.{created['worker_host']}"

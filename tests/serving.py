@@ -1,0 +1,115 @@
+"""Run the embedded deployment (``manage.py serve --demo``) on a free port, for a browser.
+
+Shared by the deployment and browser tests, ``scripts/screenshots.py`` and
+``scripts/benchmark_execution.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_PASSWORD = "airlock-demo"
+# What would point the server at another deployment's database or broker.
+FOREIGN_ENV = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SQLITE_PATH")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    base: str
+    token: str  # the demo agent's bearer token
+    process: subprocess.Popen
+    log: Path
+
+    def api(self, method: str, path: str, body: dict | None = None, token: str | None = None):
+        """(status, JSON body) of an API call made as the demo agent (or ``token``)."""
+        request = urllib.request.Request(
+            self.base + path, method=method, data=json.dumps(body).encode() if body else None
+        )
+        request.add_header("Content-Type", "application/json")
+        request.add_header("Authorization", f"Bearer {token or self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=70) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    def propose_script(self, code: str, reason: str = "", timeout_seconds: int = 60) -> dict:
+        status, body = self.api(
+            "POST",
+            "/api/v1/proposals",
+            {
+                "action": "script.execute",
+                "parameters": {
+                    "language": "python",
+                    "code": code,
+                    "timeout_seconds": timeout_seconds,
+                },
+                "reason": reason,
+            },
+        )
+        assert status == 201, body
+        return body
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_server(data_dir: Path, timeout: float = 180, backend: str = "local") -> Server:
+    """Start ``serve --demo`` with a fresh data dir and a sandbox backend; wait until it answers."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    env.update(AIRLOCK_DATA_DIR=str(data_dir), SANDBOX_BACKEND=backend, DEBUG="true")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "serve.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"serve exited early:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(base + "/healthz", timeout=2):
+                break
+        except urllib.error.HTTPError:
+            break  # it answers (503 = a check is unhappy, still serving)
+        except OSError:
+            time.sleep(0.3)
+    else:
+        process.terminate()
+        raise RuntimeError(f"serve did not answer:\n{log_path.read_text()[-3000:]}")
+    match = re.search(r"token \(shown once\):\s+(\S+)", log_path.read_text())
+    if not match:
+        process.terminate()
+        raise RuntimeError(f"no demo token printed:\n{log_path.read_text()[-3000:]}")
+    return Server(base=base, token=match.group(1), process=process, log=log_path)
