@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hmac
+
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Min
 from django.http import HttpResponse, JsonResponse
@@ -11,6 +14,7 @@ from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 
 from approvals.choices import ProposalStatus
 from approvals.models import Proposal
+from console.api_errors import error_body
 from executions.choices import ExecutionStatus
 from executions.models import Execution
 from executions.sandboxes.status import sandbox_status
@@ -67,4 +71,18 @@ _registry.register(DatabaseCollector())
 
 
 def metrics(request):
+    """Prometheus text; behind a bearer token when ``METRICS_TOKEN`` is set."""
+    if settings.METRICS_TOKEN:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), settings.METRICS_TOKEN.encode()
+        ):
+            response = JsonResponse(
+                error_body(
+                    "not_authenticated", "/metrics needs Authorization: Bearer <METRICS_TOKEN>"
+                ),
+                status=401,
+            )
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
     return HttpResponse(generate_latest(_registry), content_type=CONTENT_TYPE_LATEST)

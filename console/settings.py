@@ -61,6 +61,8 @@ CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(","
 DATA_DIR = Path(env("AIRLOCK_DATA_DIR", str(BASE_DIR / "var")))
 SITE_URL = env("SITE_URL", "http://localhost:8000").rstrip("/")
 WORKER_HOSTNAME = env("WORKER_HOSTNAME", socket.gethostname())
+# When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`.
+METRICS_TOKEN = env("METRICS_TOKEN")
 
 INSTALLED_APPS = [
     "daphne",
@@ -168,6 +170,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "airlock"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Threads, not prefork: one process per worker keeps sandbox sessions (whose
+# interpreters live in the process that opened them) reachable on its host queue.
+CELERY_WORKER_POOL = "threads"
+CELERY_WORKER_CONCURRENCY = env_int("WORKER_CONCURRENCY", 8, minimum=1, maximum=256)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -21,6 +21,19 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking
 VIEWPORT = {"width": 1280, "height": 800}
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failure, attach the server's state and the end of its log to the report."""
+    report = yield
+    running = item.funcargs.get("server")
+    if report.failed and isinstance(running, Server):
+        code = running.process.poll()
+        state = "running" if code is None else f"exited with {code}"
+        tail = running.log.read_text(errors="replace")[-6000:]
+        report.sections.append(("airlock server", f"serve: {state}\n{tail}"))
+    return report
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Iterator[Server]:
     require(CHROMIUM.exists(), f"browser tests need Chromium at {CHROMIUM}")
