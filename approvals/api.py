@@ -15,15 +15,14 @@ from console.api_errors import ApiError, get_or_404
 from console.roles import is_agent, is_reviewer
 from executions import sessions
 from executions.actions import catalog
-from executions.choices import TERMINAL as EXECUTION_TERMINAL
 from executions.models import SandboxSession
 from executions.sandboxes.status import sandbox_status
 from executions.tasks import open_session as open_session_task
 
 from . import services
-from .choices import ProposalStatus
 from .models import Decision, Proposal
 
+WAIT_POLL_SECONDS = 0.05
 STATUS_FOR = {
     "unknown_action": 400,
     "validation_error": 400,
@@ -32,7 +31,6 @@ STATUS_FOR = {
     "conflict": 409,
     "idempotency_conflict": 409,
 }
-WAIT_POLL_SECONDS = 0.05
 
 
 class DecisionSerializer(serializers.ModelSerializer):
@@ -105,23 +103,6 @@ def visible_proposals(user):
     raise ApiError(403, "permission_denied", "only reviewers and agents can read proposals")
 
 
-def _fingerprint(proposal_id: int) -> tuple:
-    return tuple(
-        Proposal.objects.filter(pk=proposal_id)
-        .values_list("status", "approvals_count", "execution_id", "execution__status")
-        .first()
-        or ()
-    )
-
-
-def _settled(fingerprint: tuple) -> bool:
-    """Whether a proposal has reached its end: decided against, or its execution finished."""
-    status, _, _, execution_status = fingerprint or (None, 0, None, None)
-    if status in (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED):
-        return True
-    return execution_status in EXECUTION_TERMINAL
-
-
 class ProposalCreate(APIView):
     @extend_schema(
         request=services.EnvelopeSerializer,
@@ -158,22 +139,8 @@ class ProposalDetail(APIView):
     )
     def get(self, request, pk: int):
         proposal = get_or_404(visible_proposals(request.user), pk, "proposal")
-        wait = _wait_seconds(request)
-        if wait:
-            self._wait_for_change(proposal.pk, wait)
-            proposal = visible_proposals(request.user).get(pk=pk)
+        _wait_seconds(request)  # validated here; the waiting is approvals.waiting.long_poll's
         return Response(ProposalSerializer(proposal).data)
-
-    @staticmethod
-    def _wait_for_change(proposal_id: int, wait: float) -> None:
-        seen = _fingerprint(proposal_id)
-        if _settled(seen):
-            return  # nothing will change any more: answer at once
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            time.sleep(min(WAIT_POLL_SECONDS, max(deadline - time.monotonic(), 0)))
-            if _fingerprint(proposal_id) != seen:
-                return
 
 
 def _wait_seconds(request) -> float:

@@ -1,12 +1,13 @@
 from django.urls import path
 
 from . import api
+from .waiting import long_poll
 
 app_name = "approvals-api"
 
 urlpatterns = [
     path("proposals", api.ProposalCreate.as_view(), name="create"),
-    path("proposals/<int:pk>", api.ProposalDetail.as_view(), name="detail"),
+    path("proposals/<int:pk>", long_poll(api.ProposalDetail.as_view()), name="detail"),
     path("proposals/<int:pk>/approve", api.ProposalApprove.as_view(), name="approve"),
     path("proposals/<int:pk>/reject", api.ProposalReject.as_view(), name="reject"),
     path("capabilities", api.Capabilities.as_view(), name="capabilities"),

@@ -120,8 +120,16 @@ DATABASE_URL = env("DATABASE_URL")
 if DATABASE_URL:
     import dj_database_url
 
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
     DATABASES["default"].setdefault("TEST", {})
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # A bounded pool per process: a burst of requests waits for a connection
+        # (up to DB_POOL_TIMEOUT) instead of exceeding the server's max_connections.
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": env_int("DB_POOL_SIZE", 20, minimum=1),
+            "timeout": env_int("DB_POOL_TIMEOUT", 30, minimum=1),
+        }
 else:
     DATABASES = {
         "default": {

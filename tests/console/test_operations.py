@@ -47,3 +47,30 @@ def test_a_plain_celery_worker_runs_threads_in_one_process():
 
     assert app.conf.worker_pool == "threads"
     assert app.conf.worker_concurrency >= 1
+
+
+def test_postgresql_connections_come_from_a_bounded_pool():
+    """A burst of requests waits for a pooled connection instead of exceeding max_connections."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.serving import ROOT
+
+    probe = (
+        "import django, json; django.setup(); from django.conf import settings; "
+        "d = settings.DATABASES['default']; print(json.dumps([d['CONN_MAX_AGE'], d['OPTIONS']]))"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DATABASE_URL": "postgres://airlock@db.invalid:5432/airlock",
+        "DB_POOL_SIZE": "7",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    max_age, options = json.loads(out)
+    assert max_age == 0  # Django's pool needs it; connections go back to the pool
+    assert options["pool"] == {"min_size": 1, "max_size": 7, "timeout": 30}

@@ -1,0 +1,166 @@
+"""Long-poll (``GET /api/v1/proposals/{id}?wait=N``) without a query loop and a connection per waiter.
+
+The read itself is the DRF view. What waits is asynchronous: every waiting
+call of a process registers with one ``ProposalWatcher`` for its event loop,
+which reads the state of all watched proposals in a single query per tick, on
+one thread with one database connection, and wakes the calls whose proposal
+changed. A thousand waiting agents cost one query every 50 ms and no database
+connection each (PostgreSQL's default allows 100), not twenty thousand
+queries a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections, connection
+
+from .choices import ProposalStatus
+from .models import Proposal
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.05
+ENDED = (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED)
+
+Fingerprint = tuple  # (status, approvals, execution id, execution status)
+
+
+def fingerprint_of(data: dict) -> Fingerprint:
+    """The fingerprint of a proposal as the API serialized it."""
+    return (data["status"], data["approvals"], data["execution_id"], data["execution_status"])
+
+
+def fingerprints(ids: Iterable[int]) -> dict[int, Fingerprint]:
+    rows = Proposal.objects.filter(pk__in=list(ids)).values_list(
+        "pk", "status", "approvals_count", "execution_id", "execution__status"
+    )
+    return {pk: tuple(rest) for pk, *rest in rows}
+
+
+def settled(fingerprint: Fingerprint) -> bool:
+    """Whether nothing will change any more: decided against, or its execution finished."""
+    from executions.choices import TERMINAL
+
+    status, _, _, execution_status = fingerprint
+    return status in ENDED or execution_status in TERMINAL
+
+
+class ProposalWatcher:
+    """Wakes waiters of one event loop when their proposal's fingerprint changes."""
+
+    def __init__(self, interval: float = POLL_SECONDS):
+        self.interval = interval
+        self._waiters: dict[int, dict[asyncio.Future, Fingerprint]] = defaultdict(dict)
+        self._task: asyncio.Task | None = None
+
+    @property
+    def watching(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    async def wait_for_change(self, pk: int, seen: Fingerprint, timeout: float) -> bool:
+        """True when the proposal changed from ``seen`` within ``timeout`` seconds."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiters[pk][future] = seen
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="proposal-watcher")
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiting = self._waiters.get(pk)
+            if waiting is not None:
+                waiting.pop(future, None)
+                if not waiting:
+                    del self._waiters[pk]
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        # One thread, so one database connection, whatever the number of waiters.
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="proposal-watcher")
+        try:
+            while self._waiters:
+                await asyncio.sleep(self.interval)
+                if not self._waiters:
+                    break
+                try:
+                    current = await loop.run_in_executor(executor, _read, list(self._waiters))
+                except Exception:
+                    log.exception("watching proposals for long-polls failed; retrying")
+                    continue
+                self._wake(current)
+        finally:
+            await loop.run_in_executor(executor, connection.close)
+            executor.shutdown(wait=False)
+
+    def _wake(self, current: dict[int, Fingerprint]) -> None:
+        for pk, waiting in self._waiters.items():
+            now = current.get(pk)
+            if now is None:
+                continue  # not visible (yet) to this connection: nothing to report
+            for future, seen in waiting.items():
+                if now != seen and not future.done():
+                    future.set_result(now)
+
+
+def _read(ids: list[int]) -> dict[int, Fingerprint]:
+    close_old_connections()  # a connection the database dropped is replaced, not reused
+    try:
+        return fingerprints(ids)
+    except Exception:
+        connection.close()
+        raise
+
+
+_watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ProposalWatcher] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def watcher() -> ProposalWatcher:
+    """The watcher of the running event loop."""
+    loop = asyncio.get_running_loop()
+    if loop not in _watchers:
+        _watchers[loop] = ProposalWatcher()
+    return _watchers[loop]
+
+
+def long_poll(view):
+    """Wrap the sync proposal-read view: with ``?wait=N`` hold its answer until a change.
+
+    The view authenticates, validates ``wait`` and serializes; the wrapper
+    releases the view's database connection while it waits, then reads again.
+    """
+    read = sync_to_async(view)
+
+    async def waiting_view(request, *args, **kwargs):
+        response = await read(request, *args, **kwargs)
+        wait = request.GET.get("wait")
+        if response.status_code != 200 or not wait or not float(wait):
+            return response
+        seen = fingerprint_of(response.data)
+        if settled(seen):
+            return response
+        await sync_to_async(_release)()
+        if not await watcher().wait_for_change(kwargs["pk"], seen, float(wait)):
+            return response
+        return await read(request, *args, **kwargs)
+
+    # What drf-spectacular and DRF's tooling read off a view.
+    waiting_view.cls = view.cls
+    waiting_view.initkwargs = view.initkwargs
+    waiting_view.csrf_exempt = True
+    return waiting_view
+
+
+def _release() -> None:
+    """Close this request thread's connection while its call waits (never inside a transaction)."""
+    if not connection.in_atomic_block:
+        connection.close()
