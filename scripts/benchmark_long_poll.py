@@ -1,0 +1,154 @@
+#!/usr/bin/env python
+"""Benchmark long-polling agents: what N waiting calls cost the web process.
+
+Starts ``manage.py serve`` on a fresh data dir (embedded SQLite). For each N,
+N agents' calls wait on N pending proposals (``GET …?wait=60``); meanwhile the
+script measures the web process's CPU use and the latency of ordinary API reads,
+then rejects every proposal and measures how long the waiters take to answer.
+N = 0 is the baseline measured in the same run.
+
+    .venv/bin/python scripts/benchmark_long_poll.py [--waiters 0,50,200] [--reads 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.serving import Server, start_server  # noqa: E402
+
+PENDING_CODE = "import os\nprint(os.listdir('.'))"  # medium risk: waits for a reviewer
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def web_pid(server: Server) -> int:
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == server.process.pid and b"daphne" in argv:
+            return int(entry)
+    raise RuntimeError("no daphne child of serve")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def reviewer_token(data_dir: str) -> str:
+    env = {**os.environ, "AIRLOCK_DATA_DIR": data_dir}
+    for name in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)
+    out = subprocess.run(
+        [sys.executable, "manage.py", "create_user_token", "reviewer"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()[-1]
+
+
+def measure(server: Server, reviewer: str, pid: int, waiters: int, reads: int) -> dict:
+    probe = server.propose_script(PENDING_CODE, reason="probe")
+    pending = [server.propose_script(PENDING_CODE, reason=f"w{i}") for i in range(waiters)]
+    answered: dict[int, float] = {}
+    rejected: dict[int, float] = {}
+    errors: list[str] = []
+
+    def wait(proposal: dict) -> None:
+        status, body = server.api("GET", f"/api/v1/proposals/{proposal['id']}?wait=60")
+        if status == 200 and body["status"] == "rejected":
+            answered[proposal["id"]] = time.perf_counter()
+        else:
+            errors.append(f"{status} {body}")
+
+    threads = [threading.Thread(target=wait, args=(p,)) for p in pending]
+    for thread in threads:
+        thread.start()
+    time.sleep(2)  # every call is in its wait
+    cpu_before, wall_before = cpu_seconds(pid), time.perf_counter()
+    latencies = []
+    for _ in range(reads):
+        started = time.perf_counter()
+        status, _ = server.api("GET", f"/api/v1/proposals/{probe['id']}")
+        assert status == 200
+        latencies.append(time.perf_counter() - started)
+        time.sleep(0.1)
+    cpu_share = (cpu_seconds(pid) - cpu_before) / (time.perf_counter() - wall_before)
+    for proposal in pending:
+        server.api("POST", f"/api/v1/proposals/{proposal['id']}/reject", {"comment": "x"}, reviewer)
+        rejected[proposal["id"]] = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    delays = [answered[pk] - rejected[pk] for pk in answered]
+    return {
+        "waiters": waiters,
+        "cpu": cpu_share,
+        "p50": statistics.median(latencies),
+        "p95": percentile(latencies, 0.95),
+        "answer_p50": statistics.median(delays) if delays else 0.0,
+        "answer_max": max(delays, default=0.0),
+        "missed": len(errors),
+    }
+
+
+def answer(row: dict) -> str:
+    if not row["waiters"]:
+        return "—"
+    return f"{row['answer_p50'] * 1000:.0f} / {row['answer_max'] * 1000:.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--waiters", default="0,50,200")
+    parser.add_argument("--reads", type=int, default=40)
+    args = parser.parse_args()
+    counts = [int(n) for n in args.waiters.split(",")]
+    with tempfile.TemporaryDirectory(prefix="airlock-bench-") as data_dir:
+        server = start_server(Path(data_dir))
+        try:
+            reviewer = reviewer_token(data_dir)
+            pid = web_pid(server)
+            rows = [measure(server, reviewer, pid, n, args.reads) for n in counts]
+        finally:
+            server.stop()
+    base = rows[0]
+    print(f"reads={args.reads} (one every 100 ms while the waiters wait)")
+    print(
+        "| waiting calls | web CPU while waiting | read p50 ms | read p95 ms "
+        "| p50 vs baseline | decision → waiter answered p50 / max ms | waiters without the decision |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row['waiters']} | {row['cpu']:.0%} | {row['p50'] * 1000:.1f} "
+            f"| {row['p95'] * 1000:.1f} | {row['p50'] / base['p50']:.2f}× "
+            f"| {answer(row)} | {row['missed']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
