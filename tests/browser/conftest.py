@@ -31,6 +31,9 @@ def pytest_runtest_makereport(item, call):
         state = "running" if code is None else f"exited with {code}"
         tail = running.log.read_text(errors="replace")[-6000:]
         report.sections.append(("airlock server", f"serve: {state}\n{tail}"))
+    failed_requests = getattr(item.funcargs.get("login"), "failed_requests", None)
+    if report.failed and failed_requests:
+        report.sections.append(("failed browser requests", "\n".join(failed_requests)))
     return report
 
 
@@ -67,6 +70,12 @@ def login(browser, server) -> Iterator[Callable]:
         contexts.append(context)
         page = context.new_page()
         page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm's "are you sure?"
+        page.on(
+            "requestfailed",
+            lambda req: open_as.failed_requests.append(
+                f"{username}: {req.method} {req.url}: {req.failure}"
+            ),
+        )
         page.goto(server.base + "/login/")
         page.fill("#id_username", username)
         page.fill("#id_password", DEMO_PASSWORD)
@@ -74,6 +83,7 @@ def login(browser, server) -> Iterator[Callable]:
         page.wait_for_url(server.base + "/")
         return page
 
+    open_as.failed_requests = []
     yield open_as
     for context in contexts:
         context.close()
