@@ -522,11 +522,10 @@ def main() -> None:
                 inbox.discard_pending()
                 seq += 2  # a run uses seq (prestarted) or seq + 1 (forked afresh)
                 ready = None
-                if not inbox.closed and result["clean"]:
-                    ready = prestart_python(seq)
-                send_json(b"X", result)
+                send_json(b"X", result)  # the caller has its answer; warming up is ours
                 if inbox.closed or not result["clean"]:
                     return
+                ready = prestart_python(seq)
 
 
 if __name__ == "__main__":
