@@ -143,7 +143,9 @@ def long_poll(view):
     async def waiting_view(request, *args, **kwargs):
         response = await read(request, *args, **kwargs)
         wait = request.GET.get("wait")
-        if response.status_code != 200 or not wait or not float(wait):
+        if request.method not in ("GET", "HEAD") or response.status_code != 200:
+            return response
+        if not wait or not float(wait):
             return response
         seen = fingerprint_of(response.data)
         if settled(seen):

@@ -105,3 +105,12 @@ def test_the_watcher_stops_when_nobody_waits(agent):
         return changed, watcher.watching, watcher._task.done()
 
     assert asyncio.run(main()) == (False, 0, True)
+
+
+@pytest.mark.parametrize("method", ["options", "post", "put", "delete"])
+def test_other_methods_with_wait_answer_at_once(agent_api, method):
+    _, body = propose(agent_api, RISKY)
+    started = time.monotonic()
+    response = getattr(agent_api, method)(f"/api/v1/proposals/{body['id']}?wait=3")
+    assert time.monotonic() - started < 2
+    assert response.status_code == (200 if method == "options" else 405)
