@@ -21,6 +21,16 @@ def _data_dirs():
     os.makedirs(settings.DATA_DIR, exist_ok=True)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing():
+    """Django's recommended test hasher: users are made by the hundred here, logins are not timed."""
+    from django.conf import settings
+    from django.contrib.auth.hashers import get_hashers
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    get_hashers.cache_clear()
+
+
 def _user(username: str, reviewer: bool = False, superuser: bool = False):
     user = get_user_model().objects.create_user(
         username=username, password="pw-" + username, is_superuser=superuser, is_staff=superuser

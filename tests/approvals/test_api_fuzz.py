@@ -134,3 +134,49 @@ def test_any_authorization_header_never_500(db, header):
     except Exception:
         return
     assert_clean(client.get("/api/v1/capabilities"))
+
+
+ROUTES = [
+    "/api/v1/proposals",
+    "/api/v1/proposals/{proposal}",
+    "/api/v1/proposals/{proposal}/approve",
+    "/api/v1/proposals/{proposal}/reject",
+    "/api/v1/capabilities",
+    "/api/v1/sandboxes",
+    "/api/v1/sandboxes/{proposal}",
+    "/api/v1/sandboxes/{proposal}/execute",
+    "/api/v1/executions/{proposal}",
+    "/api/v1/executions/{proposal}/output",
+    "/api/v1/executions/{proposal}/cancel",
+]
+METHODS = ["get", "post", "put", "patch", "delete", "options", "head"]
+SHORT_WAITS = st.sampled_from(["", "0", "0.01", "-1", "nan", "inf", "1e999", "abc", " 0", "０"])
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("method", METHODS)
+@settings(FUZZ, max_examples=6)
+@given(as_reviewer=st.booleans(), wait=SHORT_WAITS, body=JSON)
+def test_every_route_and_method_never_500(
+    api, reviewer_api, route, method, as_reviewer, wait, body
+):
+    """Every route, every method, with an existing pending proposal and odd ``wait`` values."""
+    from approvals.models import Proposal
+
+    if not as_reviewer and method == "post" and route == "/api/v1/sandboxes":
+        return  # starting a session waits for a worker: the sessions suite covers it
+    proposal = Proposal.objects.order_by("pk").last()
+    if proposal is None:
+        api.post(
+            "/api/v1/proposals",
+            {"action": "script.execute", "parameters": {"language": "python", "code": "import os"}},
+            format="json",
+        )
+        proposal = Proposal.objects.order_by("pk").last()
+    client = reviewer_api if as_reviewer else api
+    path = route.format(proposal=proposal.pk) + f"?wait={wait}&after={wait}"
+    data = json.dumps(body) if method in ("post", "put", "patch") else None
+    response = getattr(client, method)(path, data, content_type="application/json")
+    assert response.status_code < 500, (method, path, response.content[:500])
+    if method != "head":  # a HEAD answer has no body to check
+        assert_clean(response)
