@@ -172,6 +172,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "polling_interval": 0.05,
     }
 )
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT = "console.broker:Transport"  # atomic message files
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -232,6 +234,8 @@ SANDBOX_DOCKER_MODE = env_choice("SANDBOX_DOCKER_MODE", "keepalive", ("keepalive
 SANDBOX_POOL_MAX_RUNS = env_int("SANDBOX_POOL_MAX_RUNS", 50, minimum=1)
 SANDBOX_POOL_IDLE_MINUTES = env_int("SANDBOX_POOL_IDLE_MINUTES", 10, minimum=1)
 SANDBOX_SESSION_IDLE_MINUTES = env_int("SANDBOX_SESSION_IDLE_MINUTES", 30, minimum=1)
+# A session whose worker process has not been seen this long is closed (the worker died).
+SESSION_WORKER_TIMEOUT_SECONDS = env_int("SESSION_WORKER_TIMEOUT_SECONDS", 120, minimum=10)
 OUTPUT_CAP_BYTES = env_int("OUTPUT_CAP_BYTES", 1024 * 1024, minimum=1024)
 SCRIPT_MEMORY_MB = env_int("SCRIPT_MEMORY_MB", 256, minimum=16)
 WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 5, minimum=1)
