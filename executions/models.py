@@ -121,7 +121,7 @@ class SandboxSession(models.Model):
 
     class Status(models.TextChoices):
         STARTING = "starting"  # created; a worker is opening the interpreter
-        ACTIVE = "active"  # open on ``worker_host``, reachable through ``queue``
+        ACTIVE = "active"  # open in worker process ``worker_host``, reached through ``queue``
         CLOSED = "closed"  # destroyed, reaped when idle, or failed to start
 
     owner = models.CharField(max_length=200)  # audit label of the agent, e.g. "agent:bot"
@@ -135,6 +135,8 @@ class SandboxSession(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(auto_now_add=True)
+    # When the owning worker process last said it is alive (its reaper, every 30 s).
+    worker_seen_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     closed_reason = models.CharField(max_length=200, blank=True)
 

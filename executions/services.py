@@ -301,6 +301,9 @@ def request_cancel(execution_id: int, actor: str) -> Execution:
 
 def sweep() -> dict:
     """Re-dispatch executions left queued; mark as lost those whose worker died."""
+    from .sessions import close_orphans
+
+    close_orphans()  # first: a queued execute of an orphaned session is re-routed below
     now = timezone.now()
     stale_dispatch = now - timedelta(seconds=settings.REQUEUE_AFTER_SECONDS)
     requeued = 0

@@ -1,12 +1,19 @@
 """Persistent sandbox sessions: open on a worker, execute there, close, reap when idle.
 
 The interpreters live in the worker process that opened them (a
-``SessionRegistry``); the database row says which worker queue reaches it.
+``SessionRegistry``). Every worker process consumes a queue of its own,
+``session.<host>.<pid>.<nonce>``, and the session row names it, so executes
+reach that process even when several workers share a host. A worker process
+that dies takes its sessions with it: the sweeper closes sessions whose
+worker has not been seen for ``SESSION_WORKER_TIMEOUT_SECONDS``, and their
+executes then fail with a clear error instead of waiting forever.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import threading
 import time
 from datetime import timedelta
@@ -17,7 +24,8 @@ from django.utils import timezone
 
 from audit.services import record
 
-from .models import SandboxSession
+from .choices import ExecutionStatus
+from .models import Execution, SandboxSession
 from .sandboxes import SandboxError, get_sandbox
 from .sandboxes.base import Limits, OutputSink, RunOutcome
 from .sandboxes.sessions import SessionRegistry
@@ -28,6 +36,21 @@ REAP_EVERY_SECONDS = 30
 
 _registry: SessionRegistry | None = None
 _registry_lock = threading.Lock()
+_worker_id: str | None = None
+
+
+def worker_id() -> str:
+    """This worker process: host, pid and a nonce (a restarted worker is another one)."""
+    global _worker_id
+    with _registry_lock:
+        if _worker_id is None:
+            _worker_id = f"{settings.WORKER_HOSTNAME}.{os.getpid()}.{secrets.token_hex(3)}"
+        return _worker_id
+
+
+def session_queue() -> str:
+    """The queue only this worker process consumes (added when the worker starts)."""
+    return f"session.{worker_id()}"
 
 
 def registry() -> SessionRegistry:
@@ -51,9 +74,7 @@ class SessionUnavailable(Exception):
 
 
 def open_session(session_id: int) -> SandboxSession:
-    """On a worker: start the interpreter and pin the session to this worker's queue."""
-    from .services import host_queue
-
+    """On a worker: start the interpreter and pin the session to this worker process's queue."""
     session = SandboxSession.objects.get(pk=session_id)
     if session.status != Status.STARTING:
         return session
@@ -66,9 +87,10 @@ def open_session(session_id: int) -> SandboxSession:
         status=Status.ACTIVE,
         runtime_id=runtime.id,
         backend=runtime.backend,
-        worker_host=settings.WORKER_HOSTNAME,
-        queue=host_queue(),
+        worker_host=worker_id(),
+        queue=session_queue(),
         last_used_at=timezone.now(),
+        worker_seen_at=timezone.now(),
     )
     if not updated:  # destroyed while it was starting
         registry().destroy(runtime.id)
@@ -138,7 +160,7 @@ def reap_idle() -> int:
     reaped = 0
     for session in SandboxSession.objects.filter(
         status=Status.ACTIVE,
-        worker_host=settings.WORKER_HOSTNAME,
+        worker_host=worker_id(),
         last_used_at__lt=timezone.now() - idle,
     ):
         registry().destroy(session.runtime_id)
@@ -146,11 +168,40 @@ def reap_idle() -> int:
     return reaped
 
 
+def mark_alive() -> int:
+    """Say this worker process still holds its sessions (the reaper does, every 30 s)."""
+    return SandboxSession.objects.filter(status=Status.ACTIVE, worker_host=worker_id()).update(
+        worker_seen_at=timezone.now()
+    )
+
+
+def close_orphans() -> int:
+    """Close sessions whose worker process is gone (not seen for the timeout): their state is lost."""
+    from .services import dispatch  # services imports this module
+
+    timeout = settings.SESSION_WORKER_TIMEOUT_SECONDS
+    closed = 0
+    for session in SandboxSession.objects.filter(
+        status=Status.ACTIVE, worker_seen_at__lt=timezone.now() - timedelta(seconds=timeout)
+    ):
+        if not _close(session, f"its worker stopped (not seen for {timeout} s)"):
+            continue
+        closed += 1
+        # Executes waiting in the dead worker's queue: any worker now fails them clearly.
+        waiting = Execution.objects.filter(status=ExecutionStatus.QUEUED, queue=session.queue)
+        stranded = list(waiting.values_list("pk", flat=True))
+        waiting.update(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+        for execution_id in stranded:
+            dispatch(execution_id)
+    return closed
+
+
 def _reap_forever() -> None:
     while True:
         time.sleep(REAP_EVERY_SECONDS)
         try:
             close_old_connections()
+            mark_alive()
             reap_idle()
             registry().reap_idle()
         except Exception:

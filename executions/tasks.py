@@ -1,9 +1,17 @@
 """Celery tasks: take a primary key, reload, check state, call one service."""
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import celeryd_after_setup, worker_ready
 
 from . import services
+
+
+@celeryd_after_setup.connect
+def _consume_own_session_queue(sender, instance, **kwargs) -> None:
+    """Every worker process also consumes a queue of its own: its sessions' executes."""
+    from . import sessions
+
+    instance.app.amqp.queues.select_add(sessions.session_queue())
 
 
 @worker_ready.connect

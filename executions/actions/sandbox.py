@@ -24,8 +24,14 @@ class SessionExecuteParameters(serializers.Serializer):
 
 
 def _route(parameters: dict) -> str | None:
+    """The queue of the worker process holding the session; any worker once it ended.
+
+    (Any worker then fails the execute with a clear "session ended" error.)
+    """
     return (
-        SandboxSession.objects.filter(pk=parameters.get("session_id"))
+        SandboxSession.objects.filter(
+            pk=parameters.get("session_id"), status=SandboxSession.Status.ACTIVE
+        )
         .values_list("queue", flat=True)
         .first()
     )

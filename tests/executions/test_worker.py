@@ -8,14 +8,16 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.utils import timezone
 
 from approvals.services import submit
 from executions import services
-from executions.models import Execution, OutputChunk
+from executions.models import Execution, OutputChunk, SandboxSession
 from tests import support
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,4 +177,83 @@ def test_a_session_opened_and_used_through_a_separate_worker(worker, agent_and_t
     assert run("x = 41").status == "succeeded"
     result = run("print(x + 1)")
     assert (result.status, result.output_text("stdout")) == ("succeeded", "42\n")
-    assert result.queue == f"host.{created['worker_host']}"
+    assert result.queue == f"session.{created['worker_host']}"
+
+
+def test_sessions_reach_their_own_process_among_workers_of_one_host(
+    worker, agent_and_token, settings, tmp_path
+):
+    """Two worker processes share a host queue; each session's executes reach the one holding it.
+
+    Then the holder dies: its session closes as orphaned and an execute stranded
+    in its queue fails clearly on the other worker instead of waiting forever.
+    """
+    from tests.conftest import client_for
+
+    worker.kill()
+    worker.env = {"SANDBOX_BACKEND": "local"}
+    other = Worker(tmp_path / "other.log", worker.queue, env=worker.env)
+    other.hostname = worker.hostname  # the same host: one host queue, two processes
+    worker.start()
+    other.start()
+    workers = {"first": worker, "second": other}
+    api = client_for(agent_and_token[1])
+    try:
+        sessions = []
+        for _ in range(4):  # whichever worker takes the open, the session lives there
+            body = api.post("/api/v1/sandboxes", {"language": "python"}, format="json").json()
+            assert body["status"] == "active", (body, worker.log()[-2000:], other.log()[-2000:])
+            sessions.append(body)
+
+        def execute(session_id: int, code: str) -> Execution:
+            proposal = api.post(
+                f"/api/v1/sandboxes/{session_id}/execute", {"code": code}, format="json"
+            ).json()
+            assert proposal["status"] == "approved", proposal
+            return wait_for(
+                lambda: Execution.objects.filter(
+                    pk=proposal["execution_id"], status__in=["succeeded", "failed"]
+                ).first(),
+                60,
+                worker,
+                f"the execute; other worker log:\n{other.log()[-2000:]}",
+            )
+
+        for n, session in enumerate(sessions):
+            assert execute(session["id"], f"x = {n}").status == "succeeded"
+        for _ in range(3):
+            for session in sessions:
+                result = execute(session["id"], "x += 10; print(x)")
+                assert result.status == "succeeded", result.output_text("stderr")
+        for n, session in enumerate(sessions):
+            result = execute(session["id"], "print(x)")
+            assert result.output_text("stdout") == f"{n + 30}\n"
+
+        # The holder of the first session dies; an execute waits in its queue.
+        holder_pid = int(sessions[0]["worker_host"].split(".")[-2])
+        dead = next(w for w in workers.values() if w.process.pid == holder_pid)
+        survivor = next(w for w in workers.values() if w is not dead)
+        dead.kill()
+        stranded = api.post(
+            f"/api/v1/sandboxes/{sessions[0]['id']}/execute", {"code": "print(x)"}, format="json"
+        ).json()
+        time.sleep(1)
+        assert Execution.objects.get(pk=stranded["execution_id"]).status == "queued"
+
+        # No sign of life from it for the timeout: the sweeper closes its sessions.
+        SandboxSession.objects.filter(worker_host=sessions[0]["worker_host"]).update(
+            worker_seen_at=timezone.now() - timedelta(hours=1)
+        )
+        services.sweep()
+        closed = SandboxSession.objects.get(pk=sessions[0]["id"])
+        assert closed.status == "closed"
+        assert "its worker stopped" in closed.closed_reason
+        failed = wait_for(
+            lambda: Execution.objects.filter(pk=stranded["execution_id"], status="failed").first(),
+            60,
+            survivor,
+            "the stranded execute",
+        )
+        assert "not active" in failed.error
+    finally:
+        other.kill()
