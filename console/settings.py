@@ -180,8 +180,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "airlock"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# Threads, not prefork: one process per worker keeps sandbox sessions (whose
-# interpreters live in the process that opened them) reachable on its host queue.
+# Threads, not prefork: sandbox sessions live in the process that opened them,
+# which consumes their queue (prefork would hand their executes to other children).
 CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env_int("WORKER_CONCURRENCY", 8, minimum=1, maximum=256)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
