@@ -67,7 +67,7 @@ class ProposalWatcher:
         """True when the proposal changed from ``seen`` within ``timeout`` seconds."""
         future = asyncio.get_running_loop().create_future()
         self._waiters[pk][future] = seen
-        if self._task is None or self._task.done():
+        if self._task is None:
             self._task = asyncio.create_task(self._run(), name="proposal-watcher")
         try:
             await asyncio.wait_for(future, timeout)
@@ -97,6 +97,9 @@ class ProposalWatcher:
                     continue
                 self._wake(current)
         finally:
+            # Before any await: a waiter that registers from now on starts a new watcher.
+            if self._task is asyncio.current_task():
+                self._task = None
             await loop.run_in_executor(executor, connection.close)
             executor.shutdown(wait=False)
 

@@ -102,9 +102,26 @@ def test_the_watcher_stops_when_nobody_waits(agent):
         watcher = waiting.watcher()
         changed = await watcher.wait_for_change(pk, seen, timeout=0.2)
         await asyncio.sleep(watcher.interval * 4)
-        return changed, watcher.watching, watcher._task.done()
+        return changed, watcher.watching, watcher._task
 
-    assert asyncio.run(main()) == (False, 0, True)
+    assert asyncio.run(main()) == (False, 0, None)
+
+
+def test_a_waiter_arriving_as_the_watcher_winds_down_is_still_watched(agent):
+    pk = services.submit(agent, RISKY).proposal.pk
+    seen = waiting.fingerprints([pk])[pk]
+
+    async def main():
+        watcher = waiting.watcher()
+        first = asyncio.create_task(watcher.wait_for_change(pk, seen, timeout=0.05))
+        await first  # the watcher now winds down: it closes its connection
+        await asyncio.sleep(watcher.interval)
+        second = asyncio.create_task(watcher.wait_for_change(pk, seen, timeout=5))
+        await asyncio.sleep(0.2)
+        await asyncio.to_thread(lambda: Proposal.objects.filter(pk=pk).update(approvals_count=1))
+        return await second
+
+    assert asyncio.run(main()) is True
 
 
 @pytest.mark.parametrize("method", ["options", "post", "put", "delete"])
