@@ -26,7 +26,7 @@ class SessionExecuteParameters(serializers.Serializer):
 def _route(parameters: dict) -> str | None:
     """The queue of the worker process holding the session; any worker once it ended.
 
-    (Any worker then fails the execute with a clear "session ended" error.)
+    (Any worker then fails the execute: "sandbox session N is not active".)
     """
     return (
         SandboxSession.objects.filter(
