@@ -109,6 +109,25 @@ def propose(agent, code: str):
     ).proposal
 
 
+def execute_in_session(
+    api, worker: Worker, session_id: int, code: str, also: Worker | None = None
+) -> Execution:
+    """Propose an execute in a session through the API; wait until a worker finished it."""
+    proposal = api.post(
+        f"/api/v1/sandboxes/{session_id}/execute", {"code": code}, format="json"
+    ).json()
+    assert proposal["status"] == "approved", proposal
+    other_log = f"; other worker log:\n{also.log()[-2000:]}" if also else ""
+    return wait_for(
+        lambda: Execution.objects.filter(
+            pk=proposal["execution_id"], status__in=["succeeded", "failed"]
+        ).first(),
+        60,
+        worker,
+        "the execute" + other_log,
+    )
+
+
 def test_an_approved_script_runs_on_a_separate_worker(worker, agent):
     proposal = propose(agent, 'print("hi")')
     assert proposal.status == "approved"
@@ -160,22 +179,8 @@ def test_a_session_opened_and_used_through_a_separate_worker(worker, agent_and_t
     created = api.post("/api/v1/sandboxes", {"language": "python"}, format="json").json()
     assert created["status"] == "active", (created, worker.log()[-3000:])
 
-    def run(code: str) -> Execution:
-        proposal = api.post(
-            f"/api/v1/sandboxes/{created['id']}/execute", {"code": code}, format="json"
-        ).json()
-        assert proposal["status"] == "approved", proposal
-        return wait_for(
-            lambda: Execution.objects.filter(
-                pk=proposal["execution_id"], status__in=["succeeded", "failed"]
-            ).first(),
-            60,
-            worker,
-            "the execute",
-        )
-
-    assert run("x = 41").status == "succeeded"
-    result = run("print(x + 1)")
+    assert execute_in_session(api, worker, created["id"], "x = 41").status == "succeeded"
+    result = execute_in_session(api, worker, created["id"], "print(x + 1)")
     assert (result.status, result.output_text("stdout")) == ("succeeded", "42\n")
     assert result.queue == f"session.{created['worker_host']}"
 
@@ -196,7 +201,6 @@ def test_sessions_reach_their_own_process_among_workers_of_one_host(
     other.hostname = worker.hostname  # the same host: one host queue, two processes
     worker.start()
     other.start()
-    workers = {"first": worker, "second": other}
     api = client_for(agent_and_token[1])
     try:
         sessions = []
@@ -206,18 +210,7 @@ def test_sessions_reach_their_own_process_among_workers_of_one_host(
             sessions.append(body)
 
         def execute(session_id: int, code: str) -> Execution:
-            proposal = api.post(
-                f"/api/v1/sandboxes/{session_id}/execute", {"code": code}, format="json"
-            ).json()
-            assert proposal["status"] == "approved", proposal
-            return wait_for(
-                lambda: Execution.objects.filter(
-                    pk=proposal["execution_id"], status__in=["succeeded", "failed"]
-                ).first(),
-                60,
-                worker,
-                f"the execute; other worker log:\n{other.log()[-2000:]}",
-            )
+            return execute_in_session(api, worker, session_id, code, also=other)
 
         for n, session in enumerate(sessions):
             assert execute(session["id"], f"x = {n}").status == "succeeded"
@@ -231,8 +224,8 @@ def test_sessions_reach_their_own_process_among_workers_of_one_host(
 
         # The holder of the first session dies; an execute waits in its queue.
         holder_pid = int(sessions[0]["worker_host"].split(".")[-2])
-        dead = next(w for w in workers.values() if w.process.pid == holder_pid)
-        survivor = next(w for w in workers.values() if w is not dead)
+        dead, survivor = (worker, other) if worker.process.pid == holder_pid else (other, worker)
+        assert dead.process.pid == holder_pid
         dead.kill()
         stranded = api.post(
             f"/api/v1/sandboxes/{sessions[0]['id']}/execute", {"code": "print(x)"}, format="json"
