@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
 
+from executions.choices import TERMINAL
+
 from .choices import ProposalStatus
 from .models import Proposal
 
@@ -45,8 +47,6 @@ def fingerprints(ids: Iterable[int]) -> dict[int, Fingerprint]:
 
 def settled(fingerprint: Fingerprint) -> bool:
     """Whether nothing will change any more: decided against, or its execution finished."""
-    from executions.choices import TERMINAL
-
     status, _, _, execution_status = fingerprint
     return status in ENDED or execution_status in TERMINAL
 
@@ -145,16 +145,16 @@ def long_poll(view):
 
     async def waiting_view(request, *args, **kwargs):
         response = await read(request, *args, **kwargs)
-        wait = request.GET.get("wait")
         if request.method not in ("GET", "HEAD") or response.status_code != 200:
             return response
-        if not wait or not float(wait):
+        wait = float(request.GET.get("wait") or 0)  # the view answered 400 to a bad one
+        if not wait:
             return response
         seen = fingerprint_of(response.data)
         if settled(seen):
             return response
         await sync_to_async(_release)()
-        if not await watcher().wait_for_change(kwargs["pk"], seen, float(wait)):
+        if not await watcher().wait_for_change(kwargs["pk"], seen, wait):
             return response
         return await read(request, *args, **kwargs)
 
