@@ -57,8 +57,10 @@ def make_sandbox() -> Iterator[Callable[..., Sandbox]]:
 
 # Every sandbox configuration of this host: (name, backend, constructor kwargs).
 SANDBOX_CONFIGS = {
-    "local-nobwrap": ("local", {"use_bwrap": False}),
-    "local-bwrap": ("local", {"use_bwrap": True}),
+    "local-rlimits": ("local", {"method": "rlimits"}),
+    "local-landlock": ("local", {"method": "landlock"}),
+    "local-unshare": ("local", {"method": "unshare"}),
+    "local-bwrap": ("local", {"method": "bwrap"}),
     "docker-oneshot": ("docker", {"mode": "oneshot"}),
     "docker-keepalive": ("docker", {"mode": "keepalive"}),
     "gvisor-oneshot": ("gvisor", {"mode": "oneshot"}),
@@ -68,10 +70,11 @@ SANDBOX_CONFIGS = {
 
 def _config_problem(backend: str, kwargs: dict) -> str | None:
     problem = backend_problem(backend)
-    if problem is None and kwargs.get("use_bwrap"):
-        availability = backend_class(backend).probe()
-        if availability.isolation != "namespaces":
-            problem = f"bubblewrap is not usable here: {availability.reason}"
+    if problem is None and "method" in kwargs:
+        from executions.sandboxes.local import method_problems
+
+        reason = method_problems()[kwargs["method"]]
+        problem = reason and f"local method {kwargs['method']} is not usable here: {reason}"
     return problem
 
 

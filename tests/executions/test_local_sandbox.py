@@ -1,4 +1,4 @@
-"""The local sandbox backend and its persistent sessions, with and without bubblewrap.
+"""The local sandbox backend and its persistent sessions, with every confinement method.
 
 Attacks live in test_sandbox_adversarial.py; these are the ordinary behaviours:
 languages, streaming, limits, environment, cancel, clean-up, sessions.
@@ -31,13 +31,11 @@ from tests.support import require
 ROOT = os.geteuid() == 0
 
 
-@pytest.fixture(scope="module", params=["nobwrap", "bwrap"])
+@pytest.fixture(scope="module", params=list(local.METHODS))
 def sandbox(request):
-    use_bwrap = request.param == "bwrap"
-    if use_bwrap:
-        availability = LocalSandbox.probe()
-        require(availability.isolation == "namespaces", f"no bubblewrap: {availability.reason}")
-    instance = LocalSandbox(use_bwrap=use_bwrap)
+    problem = local.method_problems()[request.param]
+    require(problem is None, f"local method {request.param}: {problem}")
+    instance = LocalSandbox(method=request.param)
     yield instance
     instance.close()
 
@@ -141,9 +139,9 @@ def test_stdin_is_closed(sandbox):
 
 def test_the_work_dir_is_removed_afterwards(sandbox):
     outcome, sink = run(sandbox, "import os\nopen('left.txt', 'w').write('x')\nprint(os.getcwd())")
-    if sandbox.isolation == "weak":
+    if sandbox.isolation != "namespaces":
         assert not os.path.exists(sink.stdout.strip())
-    # With bubblewrap the work dir is a tmpfs of the run's namespace: nothing on the host.
+    # In namespaces the work dir is a tmpfs of the run's own: nothing on the host.
     outcome, sink = run(sandbox, "import os\nprint(os.listdir('.'))")
     assert "left.txt" not in sink.stdout
 
@@ -187,9 +185,9 @@ def test_node_gets_a_data_limit_instead_of_an_address_space_limit():
     assert rlimits[resource.RLIMIT_DATA] == (256 * 1024 * 1024, 256 * 1024 * 1024)
 
 
-def test_bubblewrap_runs_have_no_network_and_a_read_only_root(sandbox):
+def test_namespaced_runs_have_no_network_and_a_read_only_root(sandbox):
     if sandbox.isolation != "namespaces":
-        pytest.skip("only with bubblewrap")
+        pytest.skip("only in namespaces")
     code = (
         "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))\n"
         "try:\n    open('/usr/x', 'w')\nexcept OSError as e:\n    print('ro', e.errno)\n"
@@ -198,9 +196,9 @@ def test_bubblewrap_runs_have_no_network_and_a_read_only_root(sandbox):
     assert sink.stdout == "['lo']\nro 30\n", sink.stderr
 
 
-def test_bubblewrap_runs_see_only_the_needed_part_of_etc(sandbox):
+def test_namespaced_runs_see_only_the_needed_part_of_etc(sandbox):
     if sandbox.isolation != "namespaces":
-        pytest.skip("only with bubblewrap")
+        pytest.skip("only in namespaces")
     outcome, sink = run(sandbox, "import os\nprint(sorted(os.listdir('/etc')))")
     visible = set(eval(sink.stdout))
     assert visible <= {entry.split("/")[0] for entry in local.ETC_ENTRIES}
@@ -369,21 +367,63 @@ def test_closing_the_sandbox_ends_its_pre_started_interpreters():
 # --- probe and configuration -------------------------------------------------------------
 
 
-def test_probe_reports_namespaces_with_working_bubblewrap():
+def test_probe_reports_the_strongest_method_that_works_here():
     availability = LocalSandbox.probe()
-    assert availability.ok
-    bwrap, _, _ = local._bwrap_features()
-    assert availability.isolation == ("namespaces" if bwrap else "weak")
+    problems = local.method_problems()
+    best = next(name for name, problem in problems.items() if problem is None)
+    assert availability.ok and availability.isolation == local.METHODS[best]
+    assert LocalSandbox().method == best
 
 
-def test_without_bubblewrap_the_probe_says_weak(monkeypatch):
-    monkeypatch.setattr(local, "_bwrap_features", lambda: (None, "bwrap missing", frozenset()))
+def _only(monkeypatch, *working):
+    """Pretend only the named methods work on this host (rlimits always does)."""
+    missing = {
+        "_bwrap_features": lambda: (None, "bwrap missing", frozenset()),
+        "_unshare_problem": lambda: "user namespaces refused",
+        "_landlock_problem": lambda: "no Landlock",
+    }
+    for method, name in (("bwrap", "_bwrap_features"), ("unshare", "_unshare_problem")):
+        if method not in working:
+            monkeypatch.setattr(local, name, missing[name])
+    if "landlock" not in working:
+        monkeypatch.setattr(local, "_landlock_problem", missing["_landlock_problem"])
+
+
+def test_without_bubblewrap_the_probe_says_namespaces(monkeypatch):
+    _only(monkeypatch, "unshare", "landlock")
+    availability = LocalSandbox.probe()
+    assert availability.isolation == "namespaces" and "bwrap missing" in availability.reason
+    assert LocalSandbox().method == "unshare"
+    with pytest.raises(SandboxUnavailable, match="bwrap missing"):
+        LocalSandbox(method="bwrap")
+
+
+def test_without_user_namespaces_the_probe_says_landlock(monkeypatch):
+    _only(monkeypatch, "landlock")
+    availability = LocalSandbox.probe()
+    assert availability.isolation == "landlock"
+    assert "user namespaces refused" in availability.reason
+    assert LocalSandbox().method == "landlock"
+
+
+def test_with_nothing_the_probe_says_weak_and_why(monkeypatch):
+    _only(monkeypatch)
     availability = LocalSandbox.probe()
     assert availability.ok and availability.isolation == "weak"
-    assert "bwrap missing" in availability.reason
+    for reason in ("bwrap missing", "user namespaces refused", "no Landlock"):
+        assert reason in availability.reason
     assert LocalSandbox().isolation == "weak"
-    with pytest.raises(SandboxUnavailable):
-        LocalSandbox(use_bwrap=True)
+
+
+def test_an_unknown_method_is_refused():
+    with pytest.raises(SandboxUnavailable, match="unknown local method"):
+        LocalSandbox(method="chroot")
+
+
+def test_the_local_backend_refuses_network_access(sandbox):
+    # A run would share the host's network, where the control plane listens.
+    with pytest.raises(SandboxError, match="no network"):
+        run(sandbox, "print(1)", network=True)
 
 
 def test_the_seccomp_filter_is_well_formed():

@@ -2,37 +2,46 @@
 
 Each case shows the attack is contained AND that the next normal run on the
 same sandbox instance is clean. Configurations come from ``any_sandbox``
-(tests/executions/conftest.py): local without and with bubblewrap, docker and
-gvisor in one-shot and keep-alive mode. Docker and gVisor skip with their
+(tests/executions/conftest.py): local with each confinement method (rlimits,
+Landlock, its own namespaces, bubblewrap), docker and gvisor in one-shot and
+keep-alive mode. Docker and gVisor skip with their
 probe's reason where the engine or runsc is missing (and fail under CI=true).
 
-The weak backend (local without bubblewrap) cannot contain some attacks; those
-combinations are listed in ``LIMITATIONS`` and run as strict xfails, so they
-fail loudly the day they start passing. Its probe says "weak" and the console
-warns about it.
+The weak fallback (local with rlimits only) cannot contain some attacks, and
+Landlock alone cannot cap the disk; those combinations are listed in
+``LIMITATIONS`` and run as strict xfails, so they fail loudly the day they
+start passing. The weak probe says "weak", the console shows it in red, and
+policy never approves a script into it on its own.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import socket
 import subprocess
 import tempfile
-import threading
-import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from executions.sandboxes.base import Limits, MemorySink, RunOutcome, RunRequest, Sandbox
+from executions.sandboxes.base import Sandbox
+from tests.executions.attacks import (
+    MB,
+    assert_next_run_is_clean,
+    assert_no_connection,
+    assert_no_host_process_with,
+    assert_stopped_within,
+    listener,
+    marker,
+    primary_ip,
+    run,
+    start_in_background,
+    wait_for_output,
+)
 from tests.support import port_open, require
 
-MB = 1024 * 1024
 ROOT = os.geteuid() == 0
-NO_NAMESPACES = "local without bubblewrap has no namespaces"
+WEAK = "local with rlimits only (no namespaces, no Landlock)"
 
 NETWORK_CASES = (
     "test_network_egress_by_ip",
@@ -44,21 +53,23 @@ NETWORK_CASES = (
 )
 # (configuration, test name) -> why the configuration cannot contain it.
 LIMITATIONS: dict[tuple[str, str], str] = {
-    ("local-nobwrap", name): f"{NO_NAMESPACES}: no network namespace, the host network is reachable"
+    ("local-rlimits", name): f"{WEAK}: no network namespace, the host network is reachable"
     for name in NETWORK_CASES
 }
-LIMITATIONS[("local-nobwrap", "test_disk_fill_is_capped")] = (
-    f"{NO_NAMESPACES}: the work dir is on the host disk, only RLIMIT_FSIZE caps one file"
-)
+for _config in ("local-rlimits", "local-landlock"):
+    LIMITATIONS[(_config, "test_disk_fill_is_capped")] = (
+        f"{_config}: the work dir is on the host disk, only RLIMIT_FSIZE caps one file"
+    )
 if not ROOT:
     # Without root the run cannot get a uid of its own: it shares the worker's.
     for _name in (
         "test_another_runs_directory_is_unreadable",
         "test_files_planted_in_tmp_and_shm_are_not_seen_by_the_next_run",
         "test_proc_environ_shows_no_worker_secret",
+        "test_writing_outside_the_work_dir_fails",
     ):
-        LIMITATIONS[("local-nobwrap", _name)] = (
-            f"{NO_NAMESPACES} and the worker is not root: runs share the worker's uid"
+        LIMITATIONS[("local-rlimits", _name)] = (
+            f"{WEAK} and the worker is not root: runs share the worker's uid"
         )
 
 
@@ -69,145 +80,6 @@ def sandbox(any_sandbox, request) -> Sandbox:
     if reason:
         request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
     return instance
-
-
-# --- helpers ---------------------------------------------------------------------
-
-
-def marker() -> str:
-    return f"airlock-adv-{uuid.uuid4().hex[:12]}"
-
-
-def run(
-    sandbox: Sandbox,
-    code: str,
-    language: str = "python",
-    cap: int = MB,
-    cancel: threading.Event | None = None,
-    sink: MemorySink | None = None,
-    **limits,
-) -> tuple[RunOutcome, MemorySink]:
-    sink = sink if sink is not None else MemorySink(cap_bytes=cap)
-    limits = {"timeout_seconds": 5, **limits}
-    outcome = sandbox.run(RunRequest(language, code, Limits(**limits)), sink, cancel)
-    return outcome, sink
-
-
-CLEAN_CHECK = """
-import os, subprocess
-markers = {markers!r}
-problems = []
-for pid in os.listdir("/proc"):
-    if pid.isdigit():
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        problems += ["process %s" % pid for m in markers if m.encode() in cmdline]
-problems += ["file " + p for p in {paths!r} if os.path.exists(p)]
-if len(os.listdir(".")) > 3:
-    problems.append("a used work dir: %s" % sorted(os.listdir("."))[:5])
-blob = bytearray(32 * 1024 * 1024)
-with open("probe.bin", "wb") as f:
-    f.write(b"x" * 1024 * 1024)
-if subprocess.run(["true"]).returncode != 0:
-    problems.append("cannot start a process")
-print(problems or "ok")
-"""
-
-
-def assert_next_run_is_clean(sandbox: Sandbox, markers=(), paths=()) -> None:
-    """A normal run right after the attack: works, fresh, nothing of the attack visible."""
-    code = CLEAN_CHECK.format(markers=list(markers), paths=list(paths))
-    outcome, sink = run(sandbox, code, timeout_seconds=20)
-    assert sink.stdout == "ok\n", (sink.stdout, sink.stderr[-2000:], outcome)
-    assert outcome.success, (outcome, sink.stderr[-2000:])
-
-
-def host_processes_with(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as f:
-                if text.encode() in f.read():
-                    found.append(int(entry))
-    return found
-
-
-def assert_no_host_process_with(text: str, grace: float = 1.0) -> None:
-    deadline = time.monotonic() + grace
-    while host_processes_with(text) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert host_processes_with(text) == []
-
-
-def assert_stopped_within(outcome: RunOutcome, timeout: float, slack: float = 5.0) -> None:
-    # Slack covers a one-shot container's start and tear-down on a loaded machine.
-    assert not outcome.success, outcome
-    assert outcome.duration_ms < (timeout + slack) * 1000, outcome
-
-
-@contextlib.contextmanager
-def listener(host: str = "0.0.0.0") -> Iterator[int]:
-    """A TCP listener the test can reach: proves the host side can connect."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind((host, 0))
-    server.listen(64)
-    try:
-        yield server.getsockname()[1]
-    finally:
-        server.close()
-
-
-def primary_ip() -> str:
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("10.255.255.255", 1))  # no packet is sent; picks the outbound address
-        return probe.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
-    finally:
-        probe.close()
-
-
-CONNECT = """
-import socket
-for host, port in {targets!r}:
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-        print("CONNECTED", host, port)
-    except OSError as exc:
-        print("blocked", host, port, exc)
-"""
-
-
-def assert_no_connection(sandbox: Sandbox, targets: list[tuple[str, int]]) -> None:
-    for host, port in targets:
-        assert port_open(host, port, timeout=2), f"the test itself cannot reach {host}:{port}"
-    outcome, sink = run(sandbox, CONNECT.format(targets=targets), timeout_seconds=15)
-    assert "blocked" in sink.stdout, (outcome, sink.stdout, sink.stderr[-1000:])
-    assert "CONNECTED" not in sink.stdout, sink.stdout
-    assert_next_run_is_clean(sandbox)
-
-
-def start_in_background(sandbox: Sandbox, code: str, **limits):
-    """Run ``code`` in a thread; returns (thread, sink, cancel, results)."""
-    sink, cancel, results = MemorySink(), threading.Event(), []
-    thread = threading.Thread(
-        target=lambda: results.append(run(sandbox, code, cancel=cancel, sink=sink, **limits)),
-        daemon=True,
-    )
-    thread.start()
-    return thread, sink, cancel, results
-
-
-def wait_for_output(sink: MemorySink, text: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in sink.stdout:
-        assert time.monotonic() < deadline, f"no {text!r} in {sink.stdout!r} {sink.stderr!r}"
-        time.sleep(0.02)
 
 
 # --- processes and CPU -------------------------------------------------------------
@@ -425,11 +297,14 @@ for path in {paths!r}:
 """
 
 
-def test_files_planted_in_tmp_and_shm_are_not_seen_by_the_next_run(sandbox):
+def test_files_planted_in_tmp_and_shm_are_not_seen_by_the_next_run(sandbox, any_sandbox):
+    config = any_sandbox[0]
     tag = marker()
     paths = [f"/tmp/{tag}", f"/dev/shm/{tag}", f"/var/tmp/{tag}"]
     outcome, sink = run(sandbox, PLANT.format(paths=paths))
-    assert "planted /tmp/" in sink.stdout, (outcome, sink.stdout, sink.stderr)
+    # Landlock alone refuses the host's /tmp; everywhere else /tmp is the run's own.
+    planted = "could not plant /tmp/" if config == "local-landlock" else "planted /tmp/"
+    assert planted in sink.stdout, (outcome, sink.stdout, sink.stderr)
     assert not any(os.path.exists(p) for p in paths), "planted files reached the host"
     assert_next_run_is_clean(sandbox, paths=paths)
 
@@ -559,8 +434,14 @@ def test_network_egress_to_redis(sandbox):
 
 ENVIRONMENT_HUNT = """
 import os
+def listing(path):
+    # Landlock alone refuses to list /proc at all: that is containment, not an error.
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 print("env", sorted(os.environ.items()))
-for pid in os.listdir("/proc"):
+for pid in listing("/proc") + ["self"]:
     if pid.isdigit() or pid == "self":
         try:
             with open("/proc/%s/environ" % pid, "rb") as f:
@@ -607,9 +488,15 @@ def test_proc_environ_shows_no_worker_secret(sandbox, worker_secrets):
 
 PROC_ROOT_HUNT = """
 import os
+def listing(path):
+    # Landlock alone refuses to list /proc at all: that is containment, not an error.
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 me = os.getuid()
 pids = ["1"]
-for pid in os.listdir("/proc"):
+for pid in listing("/proc"):
     if pid.isdigit() and pid != "1":
         try:
             if os.stat("/proc/" + pid).st_uid != me:
@@ -647,14 +534,12 @@ def test_proc_1_root_does_not_reach_the_host(sandbox):
 DOCKER_SOCKET = """
 import socket
 for path in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock"):
-    s = socket.socket(socket.AF_UNIX)
     try:
-        s.connect(path)
-        print("CONNECTED", path)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(path)
+            print("CONNECTED", path)
     except OSError as exc:
         print("denied", path, exc)
-    finally:
-        s.close()
 """
 
 
@@ -679,10 +564,16 @@ def test_the_code_has_no_effective_capabilities(sandbox):
 
 PTRACE = """
 import ctypes, os
+def listing(path):
+    # Landlock alone refuses to list /proc at all: that is containment, not an error.
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 libc = ctypes.CDLL(None, use_errno=True)
 mine = {{str(os.getpid())}}
 targets = {{"1"}}
-for pid in os.listdir("/proc"):
+for pid in listing("/proc"):
     if pid.isdigit() and pid not in mine:
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as f:

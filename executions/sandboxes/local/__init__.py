@@ -1,4 +1,4 @@
-"""The local backend: a subprocess under rlimits, inside bubblewrap when it works.
+"""The local backend: a subprocess under rlimits, confined as strongly as the host allows.
 
 Layers, from always-on to best-effort:
 
@@ -7,30 +7,44 @@ Layers, from always-on to best-effort:
   LANG, TMPDIR and nothing of the worker's), a private work dir.
 - When the worker is root: every run gets a uid of its own (random, from a
   range no account uses). The code cannot read root's files (/etc/shadow),
-  another run's files, or signal or trace another run; RLIMIT_NPROC counts
-  exactly this run; ``kill(-1)`` as that uid ends everything it started.
+  another run's files, or signal or trace another run; ``kill(-1)`` as that
+  uid ends everything it started.
 - A seccomp filter (x86_64) refuses ptrace, process_vm_*, bpf, perf, keyrings,
   mounts and new namespaces; no_new_privs disarms setuid binaries.
-- With bubblewrap: new user, PID, network, IPC, UTS and cgroup namespaces;
-  only the system directories (read-only), a minimal /dev, a private /proc,
-  and size-limited tmpfs for the work dir, /tmp and /dev/shm. bubblewrap's
-  PID 1 dies with it and the kernel then kills the whole namespace, so a
-  setsid + double fork cannot outlive the run.
-- Without bubblewrap: a small supervisor (a child subreaper) runs the code;
-  orphans re-parent to it, and it kills and reaps every descendant when the
-  code ends or the run is stopped.
+
+Then the first confinement method that works here (``METHODS``, strongest first):
+
+- ``bwrap`` — bubblewrap: new user, PID, network, IPC, UTS and cgroup
+  namespaces; only the system directories (read-only), a snapshot of /etc, a
+  minimal /dev, a private /proc, and size-limited tmpfs for the work dir, /tmp
+  and /dev/shm. bubblewrap's PID 1 dies with it and the kernel then kills the
+  whole namespace, so a setsid + double fork cannot outlive the run.
+- ``unshare`` — the same namespaces and the same root, made by the supervisor
+  itself (``supervisor.py``) with the kernel calls bubblewrap uses, plus
+  Landlock where the kernel has it: what every Linux with unprivileged user
+  namespaces gets with nothing installed.
+- ``landlock`` — where user namespaces are refused (some AppArmor policies):
+  Landlock (ABI 6, Linux 6.12+) confines files, TCP, abstract sockets and
+  signals to the run, and seccomp refuses new sockets.
+- ``rlimits`` — none of those: the weak fallback. The console shows it in
+  red and policy never approves a script into it on its own.
+
+Without bubblewrap a small supervisor (a child subreaper) runs the code;
+orphans re-parent to it, and it kills and reaps every descendant when the
+code ends or the run is stopped.
 
 Python runs as ``python3 -I -S``: the standard library only, like the sandbox
 image (no host site-packages, no .pth hooks), and faster to start. To take
-bubblewrap and interpreter start-up off a run's latency, each (language,
+sandbox and interpreter start-up off a run's latency, each (language,
 limits) gets a Python started ahead of time that waits for its code on stdin;
 it is used for one run only and replaced in the background.
 
 The package: ``host`` (system paths, run uids, the /etc snapshot, base
 dirs), ``programs`` (interpreters and the pre-start loader), ``rlimits``,
-``seccomp``, ``supervisor`` (the program used without bubblewrap) and
-``process`` (one sandboxed process tree and its output). ``LocalSandbox``
-and the host probes tests replace (``_which``, ``_bwrap_features``,
+``seccomp``, ``supervisor`` (the program that confines and supervises a run
+without bubblewrap) and ``process`` (one sandboxed process tree and its
+output). ``LocalSandbox`` and the host probes tests replace (``_which``,
+``_bwrap_features``, ``_unshare_problem``, ``_landlock_abi``,
 ``_launch_tools``) live here.
 """
 
@@ -63,8 +77,11 @@ from ..base import (
     SandboxUnavailable,
     UnsupportedLanguage,
 )
+from . import supervisor as supervisor_program
 from .host import (
     BASE_DIR_PREFIX,
+    ETC_ENTRIES,
+    SYSTEM_DIRS,
     SYSTEM_PATH,
     _drop_privileges_kwargs,
     _extra_binds,
@@ -72,8 +89,8 @@ from .host import (
     _new_run_uid,
     _remove_stale_base_dirs,
     _system_mounts,
+    system_layout,
 )
-from .host import ETC_ENTRIES as ETC_ENTRIES
 from .host import RUN_UID_BASE as RUN_UID_BASE
 from .host import _etc_snapshot as _etc_snapshot
 from .host import _remove_if_mine as _remove_if_mine
@@ -85,15 +102,29 @@ from .rlimits import MB, _apply_rlimits, _relative_nproc, rlimits_for
 from .rlimits import PRLIMIT_OPTIONS as PRLIMIT_OPTIONS
 from .seccomp import BLOCKED_SYSCALLS as BLOCKED_SYSCALLS
 from .seccomp import seccomp_program
-from .supervisor import SUPERVISOR_SOURCE
 
 if TYPE_CHECKING:
     from ..sessions import Session
 
 
-SANDBOX_WORKDIR = "/work"  # the work dir as the code sees it inside bubblewrap
+SANDBOX_WORKDIR = "/work"  # the work dir as the code sees it inside its namespaces
 SANDBOX_UID = 65534  # "nobody" inside the user namespace
 WARM_KEYS_KEPT = 4  # distinct (language, limits) combinations with a pre-started interpreter
+SUPERVISOR = supervisor_program.__file__
+# Confinement methods, strongest first, and the isolation each one gives.
+METHODS = {
+    "bwrap": "namespaces",
+    "unshare": "namespaces",
+    "landlock": "landlock",
+    "rlimits": "weak",
+}
+# Landlock alone must also scope signals and abstract sockets to the run (ABI 6).
+LANDLOCK_ONLY_ABI = 6
+DEVICES = tuple(f"/dev/{name}" for name in supervisor_program.DEVICES)
+NO_NETWORK = (
+    "the local backend gives scripts no network: a run would share the host's, where "
+    "the console, Redis and PostgreSQL listen; use the docker or gvisor backend"
+)
 
 
 def _which(name: str) -> str | None:
@@ -155,6 +186,94 @@ def _bwrap_features() -> tuple[str | None, str, frozenset[str]]:
 
 
 @functools.cache
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none, or disabled at boot)."""
+    return supervisor_program.landlock_abi()
+
+
+@functools.cache
+def _unshare_problem() -> str | None:
+    """Why the supervisor cannot give a run its own namespaces here, or None when it can.
+
+    Tried exactly as a run uses it (as a run uid when we are root): user
+    namespaces may be allowed for root and refused for others.
+    """
+    if os.uname().machine not in supervisor_program.SYS_PIVOT_ROOT_BY_MACHINE:
+        return f"no pivot_root number for {os.uname().machine}"
+    base = tempfile.mkdtemp(prefix=f"{BASE_DIR_PREFIX}{os.getpid()}-probe-")
+    try:
+        uid = _new_run_uid() if _is_root() else None
+        workdir = os.path.join(base, "run")
+        os.mkdir(workdir, 0o700)
+        if uid is not None:
+            os.chmod(base, 0o711)
+            os.chown(workdir, uid, uid)
+        status_r, status_w = os.pipe()
+        config = _supervisor_config(
+            ["/bin/true"],
+            uid,
+            [],
+            status_w,
+            "unshare",
+            _namespace_layout(workdir, None, Limits(), []),
+        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", "-S", SUPERVISOR, json.dumps(config)],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                cwd=workdir,
+                env={"PATH": SYSTEM_PATH},
+                pass_fds=(status_w,),
+            )
+        finally:
+            os.close(status_w)
+            with os.fdopen(status_r) as status:
+                reported = status.read()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the namespace probe did not run: {exc}"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    if reported != "0":
+        reason = done.stderr.strip().rsplit("\n", 1)[-1].removeprefix("sandbox: ")
+        return reason or f"the namespace probe exited with {done.returncode}"
+    return None
+
+
+def _landlock_problem() -> str | None:
+    """Why Landlock alone cannot confine a run here, or None when it can."""
+    abi = _landlock_abi()
+    if abi < LANDLOCK_ONLY_ABI:
+        have = f"ABI {abi}" if abi else "no Landlock"
+        return f"Landlock alone needs ABI {LANDLOCK_ONLY_ABI} (Linux 6.12+), this kernel has {have}"
+    if seccomp_program(deny_sockets=True) is None:
+        return "Landlock alone needs the seccomp socket filter (x86_64 only)"
+    return None
+
+
+def method_problems() -> dict[str, str | None]:
+    """Each confinement method: None when it works here, else why not (probed once per process)."""
+    return {
+        "bwrap": None if _bwrap_features()[0] else _bwrap_features()[1],
+        "unshare": _unshare_problem(),
+        "landlock": _landlock_problem(),
+        "rlimits": None,
+    }
+
+
+def describe_method(method: str) -> str:
+    abi = _landlock_abi()
+    landlock = f" + Landlock ABI {abi}" if abi and method != "rlimits" else ""
+    return {
+        "bwrap": "bubblewrap namespaces",
+        "unshare": f"namespaces (unprivileged user namespaces){landlock}",
+        "landlock": f"Landlock only{landlock.replace(' + Landlock', ',')} (no user namespaces)",
+        "rlimits": "a subprocess with rlimits only: no namespaces, no Landlock",
+    }[method]
+
+
+@functools.cache
 def _launch_tools() -> tuple[str | None, str | None]:
     return shutil.which("setpriv", path=SYSTEM_PATH), shutil.which("prlimit", path=SYSTEM_PATH)
 
@@ -184,13 +303,20 @@ class LocalSandbox(Sandbox):
 
     name: ClassVar[str] = "local"
 
-    def __init__(self, use_bwrap: bool | None = None, base_dir: str | None = None):
-        bwrap, reason, flags = _bwrap_features()
-        if use_bwrap and not bwrap:
-            raise SandboxUnavailable(f"bubblewrap requested but unusable: {reason}")
-        self.bwrap = bwrap if use_bwrap is not False else None
-        self.bwrap_flags = flags
-        self.isolation = "namespaces" if self.bwrap else "weak"
+    def __init__(self, method: str | None = None, base_dir: str | None = None):
+        """``method``: one of ``METHODS``, or None for the strongest that works here."""
+        problems = method_problems()
+        if method is None:
+            method = next(name for name, problem in problems.items() if problem is None)
+        elif method not in METHODS:
+            raise SandboxUnavailable(f"unknown local method {method!r}; use one of {list(METHODS)}")
+        elif problems[method]:
+            raise SandboxUnavailable(f"local method {method!r} is unusable: {problems[method]}")
+        self.method = method
+        self.isolation = METHODS[method]
+        self.bwrap, _, self.bwrap_flags = _bwrap_features()
+        if method != "bwrap":
+            self.bwrap = None
         self._base_dir = base_dir
         self._base_pid = os.getpid()  # a forked worker makes (and removes) its own
         self._owns_base_dir = base_dir is None  # only a dir we made is removed at close
@@ -217,10 +343,15 @@ class LocalSandbox(Sandbox):
 
     @classmethod
     def probe(cls) -> Availability:
-        bwrap, reason, _ = _bwrap_features()
-        if bwrap:
-            return Availability(True, reason, "namespaces")
-        return Availability(True, f"subprocess with rlimits only ({reason}): no namespaces", "weak")
+        problems = method_problems()
+        method = next(name for name, problem in problems.items() if problem is None)
+        reason = describe_method(method)
+        missing = [f"{name}: {problems[name]}" for name in METHODS if name != "rlimits"]
+        if method == "unshare":
+            reason += f" (bubblewrap: {problems['bwrap']})"
+        elif method in ("landlock", "rlimits"):
+            reason += " (" + "; ".join(missing[: list(METHODS).index(method)]) + ")"
+        return Availability(True, reason, METHODS[method])
 
     # -- running ------------------------------------------------------------
 
@@ -273,6 +404,8 @@ class LocalSandbox(Sandbox):
         for its code on stdin (see ``_take_warm``).
         """
         program = resolve_program(language)
+        if limits.network:
+            raise SandboxError(NO_NETWORK)
         uid = _new_run_uid() if _is_root() else None
         interactive = interactive or warm
         try:
@@ -390,15 +523,18 @@ class LocalSandbox(Sandbox):
             for fd in fds:
                 os.close(fd)
         details = {"isolation": "namespaces", "interpreter": program.argv[0], "uid": uid}
-        return SandboxProcess(popen, "namespaces", uid, None, info_fd=info_r, details=details)
+        details["confinement"] = "bwrap"
+        return SandboxProcess(
+            popen, "namespaces", uid, None, info_fd=info_r, details=details, bwrap=True
+        )
 
     def _bwrap_args(self, program: Program, limits: Limits, code_fd: int, script: str) -> list[str]:
         args = ["--unshare-all", "--die-with-parent", "--new-session"]
-        if limits.network:
-            args.append("--share-net")
         if "--disable-userns" in self.bwrap_flags:
             args += ["--unshare-user", "--disable-userns"]
-        args += _system_mounts() + _extra_binds(program)
+        args += _system_mounts()
+        for source, target in _extra_binds(program):
+            args += ["--ro-bind", source, target]
         args += ["--proc", "/proc", "--dev", "/dev"]
         size = [] if "--size" not in self.bwrap_flags else ["--size", str(limits.disk_mb * MB)]
         for mountpoint in ("/tmp", "/dev/shm", SANDBOX_WORKDIR):
@@ -423,25 +559,30 @@ class LocalSandbox(Sandbox):
         if not warm:  # a pre-started interpreter writes the script itself, as the run uid
             with open(script, "w", encoding="utf-8", errors="surrogatepass") as f:
                 f.write(code)
-        rlimits = rlimits_for(limits, program.language)
-        if uid is None:
-            rlimits = _relative_nproc(rlimits, limits)
+            if uid is not None:
+                os.chown(script, uid, uid)
+        namespaced = self.method == "unshare"
+        if namespaced:
+            # M, the namespace's init and the code count in the new user namespace.
+            rlimits = rlimits_for(limits, program.language, extra_processes=3)
+            inside = f"{SANDBOX_WORKDIR}/{program.filename}"
+            layout = _namespace_layout(
+                workdir, None if warm else script, limits, _extra_binds(program)
+            )
+            argv, cwd, env = program.command(inside, warm), SANDBOX_WORKDIR, ("/work", "/tmp")
+        else:
+            rlimits = rlimits_for(limits, program.language)
+            if uid is None:
+                rlimits = _relative_nproc(rlimits, limits)
+            layout = _landlock_rules(workdir, program) if self.method == "landlock" else None
+            argv, cwd, env = program.command(script, warm), workdir, (workdir, workdir)
         status_r, status_w = os.pipe()
-        config = {
-            "argv": program.command(script, warm),
-            "cwd": workdir,
-            "uid": uid,
-            "rlimits": rlimits,
-            "parent": os.getpid(),
-            "status_fd": status_w,
-            "seccomp": (seccomp_program() or b"").hex(),
-        }
+        config = _supervisor_config(argv, uid, rlimits, status_w, self.method, layout, cwd=cwd)
         os.set_blocking(status_r, False)  # read once the supervisor is gone; never wait on it
-        argv = [sys.executable, "-I", "-S", "-c", SUPERVISOR_SOURCE, json.dumps(config)]
         try:
             popen = self._popen(
-                argv,
-                env=self._environment(workdir, workdir),
+                [sys.executable, "-I", "-S", SUPERVISOR, json.dumps(config)],
+                env=self._environment(*env),
                 cwd=workdir,
                 uid=None,
                 pass_fds=(status_w,),
@@ -454,8 +595,11 @@ class LocalSandbox(Sandbox):
             raise
         finally:
             os.close(status_w)
-        details = {"isolation": "weak", "interpreter": program.argv[0], "uid": uid}
-        return SandboxProcess(popen, "weak", uid, workdir, status_fd=status_r, details=details)
+        details = {"isolation": self.isolation, "interpreter": program.argv[0], "uid": uid}
+        details["confinement"] = self.method
+        return SandboxProcess(
+            popen, self.isolation, uid, workdir, status_fd=status_r, details=details
+        )
 
     def _popen(
         self,
@@ -504,6 +648,72 @@ class LocalSandbox(Sandbox):
             # 0711: run uids may enter their own dir but not list the others.
             os.chmod(self._base_dir, 0o711)
             return self._base_dir
+
+
+def _supervisor_config(
+    argv: list[str],
+    uid: int | None,
+    rlimits: list[tuple[int, int, int]],
+    status_fd: int | None,
+    method: str,
+    layout: dict | None,
+    cwd: str = SANDBOX_WORKDIR,
+) -> dict:
+    """What ``supervisor.py`` gets: the code's argv and how to confine it."""
+    config = {
+        "argv": argv,
+        "cwd": cwd,
+        "uid": uid,
+        "rlimits": rlimits,
+        "parent": os.getpid(),
+        "status_fd": status_fd,
+        "confine": {"unshare": "namespaces", "landlock": "landlock"}.get(method, "none"),
+        "seccomp": (seccomp_program(deny_sockets=method == "landlock") or b"").hex(),
+        "landlock_abi": _landlock_abi(),
+    }
+    if method == "unshare":
+        config["layout"] = layout
+        # Inside the namespaces Landlock is a second wall: writes only where the
+        # tmpfs are, TCP off, signals and abstract sockets kept to the run.
+        config["landlock"] = {
+            "read": ["/"],
+            "write": [SANDBOX_WORKDIR, "/tmp", "/dev/shm"],
+            "devices": list(DEVICES),
+        }
+    elif method == "landlock":
+        config["landlock"] = layout
+    return config
+
+
+def _namespace_layout(
+    workdir: str, code_file: str | None, limits: Limits, extra: list[tuple[str, str]]
+) -> dict:
+    """The root a run gets in its own namespaces, built on ``workdir`` (see supervisor.py)."""
+    binds, links = system_layout()
+    size = limits.disk_mb * MB
+    return {
+        "root": workdir,
+        "binds": binds + extra,
+        "symlinks": links,
+        "tmpfs": [
+            ("/tmp", size, "1777"),
+            ("/dev/shm", size, "1777"),
+            (SANDBOX_WORKDIR, size, "0755"),
+        ],
+        "code_file": code_file,
+        "script": None if code_file is None else f"{SANDBOX_WORKDIR}/{os.path.basename(code_file)}",
+        "hostname": "sandbox",
+    }
+
+
+def _landlock_rules(workdir: str, program: Program) -> dict:
+    """What a run confined by Landlock alone may touch on the host's own file system."""
+    system = [f"/{name}" for name in SYSTEM_DIRS] + ["/usr"]
+    system += [source for source, _ in _extra_binds(program)]
+    etc = [os.path.join("/etc", name) for name in ETC_ENTRIES]
+    # /proc/self resolves to the code's own /proc entry (the pid survives exec);
+    # nothing else of /proc, so no other process can be listed or read.
+    return {"read": system + etc + ["/proc/self"], "write": [workdir], "devices": list(DEVICES)}
 
 
 # Closed at interpreter exit, so pre-started interpreters are ended and reaped

@@ -70,17 +70,33 @@ def _drop_privileges_kwargs(uid: int) -> dict:
     return {"user": uid, "group": uid, "extra_groups": []}
 
 
-def _system_mounts(etc: bool = True) -> list[str]:
-    """Read-only binds of the system directories, mirroring /bin -> usr/bin links."""
-    args = ["--ro-bind", "/usr", "/usr"]
+def system_layout(etc: bool = True) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """What of the host a run's own root shows: (read-only binds, symlinks).
+
+    The system directories (``/bin`` -> ``usr/bin`` links mirrored as links)
+    and, with ``etc``, the snapshot of /etc.
+    """
+    binds = [("/usr", "/usr")]
     if etc:
-        args += ["--ro-bind", _etc_snapshot(), "/etc"]
+        binds.append((_etc_snapshot(), "/etc"))
+    links = []
     for name in SYSTEM_DIRS:
         path = f"/{name}"
         if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
+            links.append((os.readlink(path), path))
         elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
+            binds.append((path, path))
+    return binds, links
+
+
+def _system_mounts(etc: bool = True) -> list[str]:
+    """``system_layout`` as bubblewrap arguments."""
+    binds, links = system_layout(etc)
+    args: list[str] = []
+    for target, link in links:
+        args += ["--symlink", target, link]
+    for source, target in binds:
+        args += ["--ro-bind", source, target]
     return args
 
 
@@ -95,13 +111,16 @@ def _etc_snapshot() -> str:
     snapshot = tempfile.mkdtemp(prefix=f"{BASE_DIR_PREFIX}{os.getpid()}-etc-")
     for name in ETC_ENTRIES:
         source, target = os.path.join("/etc", name), os.path.join(snapshot, name)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
         with contextlib.suppress(OSError, shutil.Error):
             if os.path.isdir(source) and not os.path.islink(source):
                 shutil.copytree(source, target, symlinks=True)
             else:
                 shutil.copy2(source, target, follow_symlinks=False)
-    os.chmod(snapshot, 0o755)  # copies keep their modes; the run uid must reach them
+    # Copies keep their modes, but directories made here follow the worker's
+    # umask (serve's is 077): the run uid must reach every one of them.
+    for folder, _, _ in os.walk(snapshot):
+        os.chmod(folder, 0o755)
     atexit.register(_remove_if_mine, snapshot, os.getpid())
     return snapshot
 
@@ -112,13 +131,13 @@ def _remove_if_mine(path: str, owner: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _extra_binds(program: Program) -> list[str]:
+def _extra_binds(program: Program) -> list[tuple[str, str]]:
     """An interpreter installed outside the system dirs (e.g. /opt) must be visible too."""
     real = os.path.realpath(program.argv[0])
     if real.startswith(("/usr/", "/bin/", "/lib")):
         return []
     prefix = os.path.dirname(os.path.dirname(real))
-    return ["--ro-bind", prefix, prefix]
+    return [(prefix, prefix)]
 
 
 @functools.cache

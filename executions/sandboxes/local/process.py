@@ -36,6 +36,7 @@ class SandboxProcess:
     status_fd: int | None = None  # supervisor's report of the code's exit status
     info_fd: int | None = None  # bwrap --info-fd: the namespace's PID 1 and namespace ids
     details: dict = field(default_factory=dict)
+    bwrap: bool = False  # started by bubblewrap (else by the supervisor)
     _stopped: bool = False
     _ns_init: int | None = None  # pidfd of bwrap's PID 1, once known
 
@@ -59,7 +60,7 @@ class SandboxProcess:
         if self._stopped:
             return
         self._stopped = True
-        if self.isolation == "namespaces":
+        if self.bwrap:
             if self.popen.poll() is not None and self._namespace_gone(0):
                 return
             self._stop_namespace()
@@ -72,7 +73,7 @@ class SandboxProcess:
 
     def finished(self) -> None:
         """The code ended by itself: wait (bounded) until nothing of the run is left."""
-        if self.isolation == "namespaces" and not self._namespace_gone(KILL_GRACE_SECONDS):
+        if self.bwrap and not self._namespace_gone(KILL_GRACE_SECONDS):
             self.stop()
 
     def _stop_namespace(self) -> None:
@@ -151,7 +152,7 @@ class SandboxProcess:
         self.status_fd = self.info_fd = self._ns_init = None
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
-        if self.uid is not None and self.isolation != "namespaces":
+        if self.uid is not None and self.isolation == "weak":
             _remove_files_of(self.uid)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 
@@ -33,6 +34,7 @@ BLOCKED_SYSCALLS = {
     "unshare": 272,
     "open_by_handle_at": 304,
 }
+SYSCALL_SOCKET = 41  # refused when the run has no network namespace of its own (see below)
 SYSCALL_CLONE = 56
 SYSCALL_CLONE3 = 435
 CLONE_NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
@@ -43,8 +45,15 @@ RET_EPERM = 0x00050000 | 1
 RET_ENOSYS = 0x00050000 | 38  # clone3: libc then falls back to clone, which we can inspect
 
 
-def seccomp_program() -> bytes | None:
-    """A classic-BPF seccomp filter (the bytes bwrap --seccomp expects), x86_64 only."""
+@functools.cache
+def seccomp_program(deny_sockets: bool = False) -> bytes | None:
+    """A classic-BPF seccomp filter (the bytes bwrap --seccomp expects), x86_64 only.
+
+    ``deny_sockets`` refuses socket(2) too: for a run in the host's network
+    namespace (Landlock only), whose TCP Landlock refuses but whose UNIX
+    sockets (a database's socket file, say) Landlock cannot. socketpair(2),
+    which reaches nothing outside the process, still works.
+    """
     if os.uname().machine != "x86_64":
         return None
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -60,7 +69,8 @@ def seccomp_program() -> bytes | None:
         (jset, "deny", "allow", CLONE_NAMESPACE_FLAGS),
     ]
     labels = {"table": len(program)}
-    program += [(jeq, "deny", None, nr) for nr in BLOCKED_SYSCALLS.values()]
+    blocked = list(BLOCKED_SYSCALLS.values()) + ([SYSCALL_SOCKET] if deny_sockets else [])
+    program += [(jeq, "deny", None, nr) for nr in blocked]
     labels["allow"] = len(program)
     program.append((ret, None, None, RET_ALLOW))
     labels["deny"] = len(program)
