@@ -30,6 +30,7 @@ STATUS_FOR = {
     "not_found": 404,
     "conflict": 409,
     "idempotency_conflict": 409,
+    "sandbox_unsupported": 422,
 }
 
 

@@ -46,3 +46,4 @@ class DecisionStep(models.TextChoices):
     PREVALIDATOR = "prevalidator"
     RISK = "risk"
     REVIEW = "review"
+    WEAK_SANDBOX = "weak_sandbox"  # policy would approve, but the sandbox in force is weak

@@ -162,6 +162,14 @@ class PolicySettingsForm(forms.Form):
     use_prevalidator = forms.BooleanField(
         required=False, help_text="ask the configured pre-validator; if it fails, a person decides"
     )
+    allow_weak_sandbox = forms.BooleanField(
+        required=False,
+        label="Allow weak sandbox",
+        help_text=(
+            "policy alone may approve scripts while the sandbox in force has weak isolation "
+            "(no namespaces, no Landlock); off, a person approves each one"
+        ),
+    )
     comment = forms.CharField(max_length=500, required=False, help_text="why, for the audit trail")
 
 

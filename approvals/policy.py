@@ -51,6 +51,7 @@ DEFAULT_POLICY = {
     "script_network": False,
     "self_approval": False,
     "use_prevalidator": False,
+    "allow_weak_sandbox": False,
     "agent_overrides": {},
 }
 
@@ -101,6 +102,13 @@ class PolicySerializer(serializers.Serializer):
     use_prevalidator = serializers.BooleanField(
         default=False, help_text="ask the configured pre-validator; if it fails, a person decides"
     )
+    allow_weak_sandbox = serializers.BooleanField(
+        default=False,
+        help_text=(
+            "policy alone may approve scripts even when the sandbox in force has weak "
+            "isolation (no namespaces, no Landlock); off, a person approves each one"
+        ),
+    )
     agent_overrides = serializers.DictField(child=OverrideSerializer(), default=dict)
 
     def validate(self, data: dict) -> dict:
@@ -142,6 +150,7 @@ class Policy:
     script_network: bool = False
     self_approval: bool = False
     use_prevalidator: bool = False
+    allow_weak_sandbox: bool = False
     agent_overrides: dict = field(default_factory=dict)
 
     @classmethod
@@ -160,6 +169,7 @@ class Policy:
                 "script_network",
                 "self_approval",
                 "use_prevalidator",
+                "allow_weak_sandbox",
                 "agent_overrides",
             )
             if key in data
@@ -230,9 +240,49 @@ def evaluate(
     capability: str | None,
     risk_score: int,
     wants_network: bool = False,
+    weak_sandbox: str | None = None,
     prevalidate: Callable[[], PreValidation] | None = None,
 ) -> Outcome:
-    """Run the cascade; first match wins."""
+    """Run the cascade; first match wins.
+
+    ``weak_sandbox``: for an action that runs code in the sandbox, why the
+    sandbox in force isolates weakly (None when it does not). Unless the
+    policy allows it, such code never runs on policy alone: what would have
+    been approved waits for a person instead.
+    """
+    outcome = _cascade(
+        policy,
+        action=action,
+        targets=targets,
+        capability=capability,
+        risk_score=risk_score,
+        wants_network=wants_network,
+        prevalidate=prevalidate,
+    )
+    if weak_sandbox and outcome.status == ProposalStatus.APPROVED and not policy.allow_weak_sandbox:
+        return Outcome(
+            ProposalStatus.PENDING,
+            DecisionStep.WEAK_SANDBOX,
+            f"policy would approve this ({outcome.reason}), but the sandbox in force has weak "
+            f"isolation ({weak_sandbox}): a person must approve code that runs there",
+            rule="allow_weak_sandbox",
+            required_approvals=_required_approvals(policy, risk_score),
+            notify=outcome.notify,
+            extra={**outcome.extra, "policy_step": outcome.step.value, "policy_rule": outcome.rule},
+        )
+    return outcome
+
+
+def _cascade(
+    policy: Policy,
+    *,
+    action: str,
+    targets: dict[str, str],
+    capability: str | None,
+    risk_score: int,
+    wants_network: bool,
+    prevalidate: Callable[[], PreValidation] | None,
+) -> Outcome:
     if capability is None:
         return Outcome(
             ProposalStatus.DENIED,

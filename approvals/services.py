@@ -16,6 +16,7 @@ from console.roles import is_reviewer
 from executions import services as executions
 from executions.actions import get_action
 from executions.broadcast import PROPOSALS_GROUP, broadcast
+from executions.sandboxes.status import sandbox_status, weak_isolation
 
 from .choices import DecisionKind, ProposalStatus, Urgency
 from .models import Agent, Decision, Proposal
@@ -81,6 +82,16 @@ def submit(agent: Agent, payload: object) -> Submission:
     return Submission(proposal, created=True)
 
 
+def _refuse_network_the_sandbox_lacks() -> None:
+    if sandbox_status()["backend"] == "local":
+        raise ProposalError(
+            "sandbox_unsupported",
+            "the sandbox in force (local) gives scripts no network: a run would share the "
+            "host's, where the console, Redis and PostgreSQL listen; ask without "
+            "'network' or have an admin configure the docker or gvisor backend",
+        )
+
+
 def _idempotent_match(agent: Agent, key: str, data: dict) -> Proposal | None:
     existing = Proposal.objects.filter(agent=agent, idempotency_key=key).first()
     if existing is None:
@@ -96,6 +107,9 @@ def _idempotent_match(agent: Agent, key: str, data: dict) -> Proposal | None:
 
 def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     policy = current_policy().for_agent(agent.name)
+    wants_network = bool(parameters.get("network"))
+    if spec.sandboxed and wants_network and policy.script_network:
+        _refuse_network_the_sandbox_lacks()
     assessment = assess(spec.name, parameters, spec.base_risk)
     outcome = evaluate(
         policy,
@@ -103,7 +117,8 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
         targets=spec.target_values(parameters),
         capability=agent.capability_for(spec.name),
         risk_score=assessment.score,
-        wants_network=bool(parameters.get("network")),
+        wants_network=wants_network,
+        weak_sandbox=weak_isolation() if spec.sandboxed else None,
         prevalidate=lambda: prevalidate(
             spec.name, parameters, assessment, read_only=spec.read_only
         ),

@@ -31,6 +31,24 @@ def _fast_password_hashing():
     get_hashers.cache_clear()
 
 
+class Isolation:
+    """What the policy is told about the sandbox in force: strong unless a test says weak."""
+
+    def __init__(self):
+        self.weak_reason: str | None = None
+
+    def weak(self, reason: str = "local: a subprocess with rlimits only") -> None:
+        self.weak_reason = reason
+
+
+@pytest.fixture(autouse=True)
+def sandbox_isolation(monkeypatch) -> Isolation:
+    """Decisions do not depend on the host the suite runs on (the serve tests use the real one)."""
+    isolation = Isolation()
+    monkeypatch.setattr("approvals.services.weak_isolation", lambda: isolation.weak_reason)
+    return isolation
+
+
 def _user(username: str, reviewer: bool = False, superuser: bool = False):
     user = get_user_model().objects.create_user(
         username=username, password="pw-" + username, is_superuser=superuser, is_staff=superuser

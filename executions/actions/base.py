@@ -42,6 +42,7 @@ class ActionSpec:
     runner: Runner
     read_only: bool = False
     host_bound: bool = False  # carried out by the worker on the host it acts on
+    sandboxed: bool = False  # runs code the agent wrote, in the sandbox in force
     # Policy targets: kind -> parameter name, e.g. {"container": "container"}.
     targets: dict[str, str] = field(default_factory=dict)
     summary: Callable[[dict], str] | None = None

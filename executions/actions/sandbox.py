@@ -50,6 +50,7 @@ def run_in_session(parameters: dict, context: ActionContext) -> RunOutcome:
 register(
     ActionSpec(
         name="sandbox.execute",
+        sandboxed=True,
         description="Run Python in a persistent sandbox session (state survives between executes).",
         serializer=SessionExecuteParameters,
         base_risk=2,

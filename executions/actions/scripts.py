@@ -61,6 +61,7 @@ def _summary(parameters: dict) -> str:
 register(
     ActionSpec(
         name="script.execute",
+        sandboxed=True,
         description="Run a Python, Bash or JavaScript script in the sandbox.",
         serializer=ScriptParameters,
         base_risk=2,

@@ -92,7 +92,7 @@ class Availability:
 
     ok: bool
     reason: str = ""
-    isolation: str = "weak"  # weak | namespaces | container | gvisor
+    isolation: str = "weak"  # weak | landlock | namespaces | container | gvisor
 
 
 class OutputSink:

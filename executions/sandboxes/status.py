@@ -15,7 +15,8 @@ _lock = threading.Lock()
 
 WEAK_WARNING = (
     "weak isolation: scripts run as plain subprocesses with resource limits only "
-    "(no namespaces); install bubblewrap or configure the docker or gvisor backend"
+    "(no namespaces, no Landlock), and policy alone approves none of them; "
+    "install bubblewrap, allow unprivileged user namespaces, or use the docker backend"
 )
 
 
@@ -45,3 +46,11 @@ def sandbox_status(refresh: bool = False) -> dict:
     with _lock:
         _cache.update(at=time.monotonic(), status=status)
     return status
+
+
+def weak_isolation() -> str | None:
+    """Why the sandbox in force isolates code weakly, or None when it does not."""
+    status = sandbox_status()
+    if status["ok"] and status["isolation"] == "weak":
+        return f"{status['backend']}: {status['reason']}"
+    return None

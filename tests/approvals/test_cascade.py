@@ -317,6 +317,79 @@ def test_a_webhook_that_never_answers_ends_failed(agent, eager_tasks, monkeypatc
     assert delivery.error
 
 
+# --- a sandbox with weak isolation -------------------------------------------------------
+
+
+def test_with_a_weak_sandbox_low_risk_scripts_wait_for_a_person(agent_api, sandbox_isolation):
+    sandbox_isolation.weak("local: a subprocess with rlimits only")
+    body = propose(agent_api, LOW)
+    assert (body["status"], body["decision_path"]["step"]) == ("pending", "weak_sandbox")
+    assert body["required_approvals"] == 1 and body["execution_id"] is None
+    assert (
+        "weak isolation (local: a subprocess with rlimits only)" in body["decision_path"]["reason"]
+    )
+    assert body["decision_path"]["policy_step"] == "risk"
+
+
+def test_with_a_weak_sandbox_the_allow_list_does_not_run_scripts_alone(
+    agent_api, reviewer_api, sandbox_isolation
+):
+    sandbox_isolation.weak()
+    use_policy(allow=[{"kind": "action", "pattern": "script.*", "note": "trusted"}])
+    body = propose(agent_api, HIGH)
+    assert (body["status"], body["required_approvals"]) == ("pending", 2)
+    assert body["decision_path"]["policy_rule"] == "action:script.*"
+    done = reviewer_api.post(f"/api/v1/proposals/{body['id']}/approve", {}, format="json").json()
+    assert (done["status"], done["approvals_remaining"]) == ("pending", 1)
+
+
+def test_with_a_weak_sandbox_the_deny_list_still_denies(agent_api, sandbox_isolation):
+    sandbox_isolation.weak()
+    use_policy(deny=[{"kind": "language", "pattern": "bash", "note": "no shell"}])
+    body = propose(
+        agent_api, {"action": "script.execute", "parameters": {"language": "bash", "code": "id"}}
+    )
+    assert (body["status"], body["decision_path"]["step"]) == ("denied", "deny_list")
+
+
+def test_with_a_weak_sandbox_other_actions_are_decided_as_usual(agent_api, sandbox_isolation):
+    sandbox_isolation.weak()
+    body = propose(
+        agent_api, {"action": "host.service_status", "parameters": {"service_name": "x"}}
+    )
+    assert (body["status"], body["decision_path"]["step"]) == ("approved", "allow_list")
+
+
+def test_an_admin_can_allow_the_weak_sandbox_and_it_is_audited(
+    agent_api, admin_user, sandbox_isolation
+):
+    sandbox_isolation.weak()
+    assert propose(agent_api, LOW)["status"] == "pending"
+    update_policy({**_current_data(), "allow_weak_sandbox": True}, admin_user, "trusted agents")
+    body = propose(agent_api, LOW)
+    assert (body["status"], body["decision_path"]["step"]) == ("approved", "risk")
+    event = AuditEvent.objects.get(verb="policy.updated")
+    assert event.data["changes"]["allow_weak_sandbox"] == [False, True]
+
+
+def test_network_on_the_local_backend_is_refused_up_front(agent_api, settings):
+    from executions.sandboxes import status
+
+    use_policy(script_network=True)
+    settings.SANDBOX_BACKEND = "local"
+    status.sandbox_status(refresh=True)
+    body = {**LOW, "parameters": {**LOW["parameters"], "network": True}}
+    try:
+        response = agent_api.post("/api/v1/proposals", body, format="json")
+    finally:
+        settings.SANDBOX_BACKEND = "auto"
+        status.sandbox_status(refresh=True)
+    assert response.status_code == 422, response.json()
+    assert response.json()["error"]["type"] == "sandbox_unsupported"
+    assert "no network" in response.json()["error"]["message"]
+    assert Proposal.objects.count() == 0
+
+
 def client_for_agent(agent):
     from approvals.tokens import rotate_agent_token
 

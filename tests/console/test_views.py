@@ -399,8 +399,9 @@ def test_the_shell_warns_when_the_sandbox_is_weak(reviewer_client, monkeypatch):
     }
     monkeypatch.setattr(status, "sandbox_status", lambda refresh=False: weak)
     html = reviewer_client.get(reverse("console:queue")).content.decode()
-    assert 'id="sandbox-warning"' in html and "weak isolation" in html
-    assert "sandbox: local · weak" in html
+    assert 'class="warning warning-danger" id="sandbox-warning"' in html
+    assert "weak isolation" in html and "policy alone approves none" in html
+    assert 'class="sandbox sandbox-weak"' in html and "sandbox: local · weak" in html
 
 
 @pytest.mark.django_db

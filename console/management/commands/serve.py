@@ -19,6 +19,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from console.settings import private_data_dir
+
 STOP_GRACE_SECONDS = 10
 PR_SET_PDEATHSIG = 1
 
@@ -40,6 +42,7 @@ class Command(BaseCommand):
             raise CommandError(f"--port {port} is not a TCP port")
         self._prepare_dirs()
         call_command("migrate", interactive=False, verbosity=0)
+        self._print_sandbox()
         if demo:
             self._print_demo(host, port)
         self.children: list[subprocess.Popen] = []
@@ -54,11 +57,30 @@ class Command(BaseCommand):
             self._stop_all()
 
     def _prepare_dirs(self) -> None:
-        Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
+        # Everything Airlock writes from here on is its own user's alone: the
+        # database, broker messages, the beat schedule (children inherit this).
+        os.umask(0o077)
+        data_dir = private_data_dir(Path(settings.DATA_DIR))
+        _make_private(data_dir, 0o700)
+        for entry in data_dir.iterdir():  # what an older install left readable
+            if entry.is_file() and not entry.is_symlink():
+                _make_private(entry, 0o600)
         for option in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
             folder = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get(option)
             if folder:
-                Path(folder).mkdir(parents=True, exist_ok=True)
+                Path(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
+                _make_private(Path(folder), 0o700)
+
+    def _print_sandbox(self) -> None:
+        """Say at start how scripts will be isolated; weak isolation is never silent."""
+        from executions.sandboxes.status import sandbox_status
+
+        status = sandbox_status(refresh=True)
+        self.stdout.write(
+            f"Sandbox: {status['backend']} · isolation {status['isolation']} ({status['reason']})"
+        )
+        if status["warning"]:
+            self.stderr.write(self.style.ERROR(f"WARNING: {status['warning']}"))
 
     def _print_demo(self, host: str, port: int) -> None:
         from console.demo import ensure_demo
@@ -157,6 +179,15 @@ class Command(BaseCommand):
             _signal_group(child, signal.SIGKILL)  # whatever is left in its session
             child.wait()
         self.stdout.write("Airlock stopped.")
+
+
+def _make_private(path: Path, mode: int) -> None:
+    """Tighten a path this user owns to ``mode``; leave anyone else's alone."""
+    try:
+        if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
+    except OSError:
+        pass
 
 
 def _die_with_parent() -> None:
