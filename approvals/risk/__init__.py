@@ -57,6 +57,7 @@ DEFAULT_RISK_SCORERS = (
     "approvals.risk.scorers.ActionRulesScorer",
     "approvals.risk.scorers.HostCommandScorer",
     "approvals.risk.scorers.CodeScorer",
+    "approvals.risk.control_plane.ControlPlaneScorer",
 )
 
 
