@@ -1,10 +1,30 @@
-"""Every API error is ``{"error": {"type", "message"}}`` with the right 4xx."""
+"""Every API error is ``{"error": {"type", "message"}}`` with the right 4xx.
+
+Two layers: DRF's exception handler shapes what views raise, and
+``api_error_middleware`` shapes everything that happens outside a view under
+``/api/`` (a body over the size limit, too many fields, a bad Host header, an
+unknown route, Django's own error pages in DEBUG).
+"""
 
 from __future__ import annotations
 
-from django.http import Http404, JsonResponse
+from http import HTTPStatus
+
+from asgiref.sync import iscoroutinefunction
+from django.conf import settings
+from django.core.exceptions import (
+    DisallowedHost,
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.decorators import sync_and_async_middleware
 from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
+
+API_PREFIX = "/api/"
 
 TYPES = {
     exceptions.ParseError: "parse_error",
@@ -73,3 +93,87 @@ def get_or_404(queryset, pk: int, noun: str):
     if found is None:
         raise ApiError(404, "not_found", f"{noun} {pk} does not exist or is not visible to you")
     return found
+
+
+# --- outside the views -----------------------------------------------------------------
+
+TYPE_FOR_STATUS = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    429: "throttled",
+}
+
+
+def refusal(request: HttpRequest) -> JsonResponse | None:
+    """What Django would refuse about this request before any view, as a JSON error."""
+    try:
+        request.get_host()
+        request.GET  # noqa: B018 - parses the query string, which has a field limit
+        request.body  # noqa: B018 - reads the body, which has a size limit
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return json_error(
+            413, "request_too_large", f"the request body is larger than the limit of {limit} bytes"
+        )
+    except (TooManyFieldsSent, TooManyFilesSent) as exc:
+        return json_error(400, "too_many_fields", str(exc))
+    except DisallowedHost as exc:
+        return json_error(400, "bad_host", str(exc))
+    except SuspiciousOperation as exc:
+        return json_error(400, "bad_request", str(exc))
+    return None
+
+
+def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """An error response that is not already JSON (an HTML page, YAML) in the JSON shape."""
+    if response.status_code < 400 or response.get("Content-Type", "").startswith(
+        "application/json"
+    ):
+        return response
+    status = response.status_code
+    if status == 404:
+        message = f"no such endpoint: {request.path}"
+    elif status == 405:
+        message = f"method {request.method} is not allowed on {request.path}"
+    elif status >= 500:
+        message = "internal error; it has been logged"
+    else:
+        message = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "error"
+    error_type = TYPE_FOR_STATUS.get(status, "server_error" if status >= 500 else "error")
+    converted = json_error(status, error_type, message)
+    for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+        if header in response:
+            converted[header] = response[header]
+    return converted
+
+
+@sync_and_async_middleware
+def api_error_middleware(get_response):
+    """Under /api/, refusals and error pages from outside the views answer in the JSON shape."""
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request):
+            if not request.path.startswith(API_PREFIX):
+                return await get_response(request)
+            refused = refusal(request)
+            if refused is not None:
+                return refused
+            return as_json_error(request, await get_response(request))
+
+    else:
+
+        def middleware(request):
+            if not request.path.startswith(API_PREFIX):
+                return get_response(request)
+            refused = refusal(request)
+            if refused is not None:
+                return refused
+            return as_json_error(request, get_response(request))
+
+    return middleware

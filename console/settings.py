@@ -6,6 +6,7 @@ With them it scales out on PostgreSQL and Redis.
 """
 
 import os
+import secrets
 import socket
 from pathlib import Path
 
@@ -52,13 +53,43 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def private_data_dir(path: Path) -> Path:
+    """The data dir, created readable by this user alone (0700)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def secret_key_file(data_dir: Path) -> str:
+    """The key of this install, kept in ``DATA_DIR/secret_key`` (0600); made once.
+
+    An install whose database predates the file keeps the key it has been using
+    (its audit chain is keyed with it); a new one gets a random key.
+    """
+    path = private_data_dir(data_dir) / "secret_key"
+    if not path.exists():
+        key = LEGACY_DEVELOPMENT_KEY
+        if not (data_dir / "airlock.sqlite3").exists():
+            key = secrets.token_urlsafe(48)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process of this install made it first
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(key)
+    return path.read_text().strip()
+
+
+LEGACY_DEVELOPMENT_KEY = "airlock-development-key-change-me"
 DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env("SECRET_KEY", "airlock-development-key-change-me" if DEBUG else "")
-if not SECRET_KEY:
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
 ALLOWED_HOSTS = [h.strip() for h in env("ALLOWED_HOSTS", "*").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
 DATA_DIR = Path(env("AIRLOCK_DATA_DIR", str(BASE_DIR / "var")))
+# Without SECRET_KEY a development install keeps a key of its own in the data
+# dir; with DEBUG off (several hosts must share one) it has to be given.
+SECRET_KEY = env("SECRET_KEY") or (secret_key_file(DATA_DIR) if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
 SITE_URL = env("SITE_URL", "http://localhost:8000").rstrip("/")
 WORKER_HOSTNAME = env("WORKER_HOSTNAME", socket.gethostname())
 # When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`.
@@ -84,6 +115,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "console.api_errors.api_error_middleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -1,0 +1,72 @@
+"""Every error under /api/ is JSON ``{"error": {"type", "message"}}`` with the right status.
+
+Including what happens before any view: a body over the size limit, too many
+fields, a Host header that is not allowed, an unknown route, a method a view
+does not take, Django's own error pages in DEBUG.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from approvals.models import Proposal
+from tests.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+def error(response, status: int, error_type: str) -> str:
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
+    body = json.loads(response.content)
+    assert set(body) == {"error"} and body["error"]["type"] == error_type, body
+    assert body["error"]["message"]
+    return body["error"]["message"]
+
+
+@pytest.fixture(params=[False, True], ids=["production", "debug"])
+def debug(request, settings):
+    settings.DEBUG = request.param
+    return request.param
+
+
+def test_a_body_over_the_limit_is_413_and_nothing_is_written(agent_api, debug, settings):
+    code = "#" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 10)
+    body = {"action": "script.execute", "parameters": {"language": "python", "code": code}}
+    response = agent_api.post("/api/v1/proposals", body, format="json")
+    message = error(response, 413, "request_too_large")
+    assert str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE) in message
+    assert Proposal.objects.count() == 0
+
+
+def test_too_many_query_fields_is_400(agent_api, debug, settings):
+    query = "&".join(f"f{n}=1" for n in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    error(agent_api.get(f"/api/v1/capabilities?{query}"), 400, "too_many_fields")
+
+
+def test_a_host_that_is_not_allowed_is_400(agent_api, debug, settings):
+    settings.ALLOWED_HOSTS = ["airlock.example"]
+    response = agent_api.get("/api/v1/capabilities", HTTP_HOST="evil.example")
+    assert "evil.example" in error(response, 400, "bad_host")
+    ok = agent_api.get("/api/v1/capabilities", HTTP_HOST="airlock.example")
+    assert ok.status_code == 200
+
+
+def test_an_unknown_route_is_404(debug):
+    assert "/api/v1/nowhere" in error(client_for().get("/api/v1/nowhere"), 404, "not_found")
+    error(client_for().post("/api/v2/proposals", {}), 404, "not_found")
+
+
+def test_a_method_a_route_does_not_take_is_405_with_allow(agent_api, debug):
+    for method, path in (("delete", "/api/v1/proposals"), ("post", "/api/v1/schema/")):
+        response = getattr(agent_api, method)(path)
+        error(response, 405, "method_not_allowed")
+        assert response["Allow"]
+
+
+def test_pages_outside_the_api_keep_their_html(client, debug):
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert not response["Content-Type"].startswith("application/json")
