@@ -13,6 +13,7 @@ that cannot run here are listed with the reason.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -20,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,10 +159,39 @@ def docker_cli_rows(runs: int, runtime: str | None) -> list[Row]:
     return rows
 
 
+# The local backend's confinement methods, strongest first (see executions/sandboxes/local).
+LOCAL_ROWS = {
+    "bwrap": "local + bubblewrap",
+    "unshare": "local + own namespaces (no bubblewrap)",
+    "landlock": "local + Landlock only",
+    "rlimits": "local, rlimits only (weak)",
+}
+USER_SUFFIX = ", ordinary user"
+
+
+def local_rows(runs: int, methods=LOCAL_ROWS) -> list[Row]:
+    return [backend_row(LOCAL_ROWS[m], "local", {"method": m}, runs) for m in methods]
+
+
+def ordinary_user_rows(runs: int) -> list[Row]:
+    """The methods a non-root user gets without bubblewrap, measured as that user."""
+    if os.geteuid() != 0:
+        return []
+    argv = [os.path.join(ROOT, "scripts", "unprivileged"), "--hide", "bwrap", "--"]
+    argv += [sys.executable, os.path.abspath(__file__), "--runs", str(runs), "--user-rows"]
+    data_dir = os.path.join(tempfile.gettempdir(), f"airlock-bench-{os.getpid()}")  # theirs
+    env = {**os.environ, "AIRLOCK_DATA_DIR": data_dir}
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
+    if done.returncode != 0:
+        return [Row(f"local{USER_SUFFIX}", [], f"failed: {done.stderr.strip()[-300:]}")]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return [Row(name + USER_SUFFIX, samples, note) for name, samples, note in found]
+
+
 def collect(runs: int) -> list[Row]:
     rows = [bare_spawn(runs)]
-    rows.append(backend_row("local", "local", {"use_bwrap": False}, runs))
-    rows.append(backend_row("local + bubblewrap", "local", {"use_bwrap": True}, runs))
+    rows += local_rows(runs)
+    rows += ordinary_user_rows(runs)
     rows += docker_cli_rows(runs, None)
     rows.append(backend_row("docker one-shot", "docker", {"mode": "oneshot"}, runs))
     rows.append(backend_row("docker keep-alive", "docker", {"mode": "keepalive"}, runs))
@@ -203,9 +234,11 @@ def targets(rows: list[Row]) -> list[str]:
 
     check("docker keep-alive within 2× a bare spawn", "docker keep-alive", 2 * bare, "2× bare")
     check("gvisor keep-alive within 2× a bare spawn", "gvisor keep-alive", 2 * bare, "2× bare")
-    check(
-        "local + bubblewrap within 1.5× a bare spawn", "local + bubblewrap", 1.5 * bare, "1.5× bare"
-    )
+    for name in LOCAL_ROWS.values():
+        if "weak" not in name:
+            for row_name in (name, name + USER_SUFFIX):
+                if row_name in by_name or row_name == name:
+                    check(f"{row_name} within 1.5× a bare spawn", row_name, 1.5 * bare, "1.5×")
     docker_run = by_name.get("`docker run --rm`")
     if docker_run:
         check(
@@ -267,6 +300,11 @@ def render(rows: list[Row], runs: int) -> str:
             "- gVisor keep-alive reuses containers like runc; a run there can open the",
             "  runner's descriptors through /proc, so every end-of-run report carries a",
             "  per-run nonce and anything else recycles the container (see gvisor.py).",
+            "- Local runs: each run takes a Python started ahead of time for its limits",
+            "  (inside its confinement) and a replacement starts in the background; the",
+            "  supervisor of a run without bubblewrap exits as soon as the code's processes",
+            "  are gone. Rows marked 'ordinary user' ran as a non-root user with bubblewrap",
+            "  hidden (`scripts/unprivileged --hide bwrap`), as most people run Airlock.",
             "- Each row is one sequential client on a shared 2-CPU host: compare rows of",
             "  the same run, not absolute numbers across runs.",
             "",
@@ -282,8 +320,13 @@ def main() -> None:
     )
     parser.add_argument("--output", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     parser.add_argument("--gap", type=float, default=GAP, help="seconds between runs")
+    parser.add_argument("--user-rows", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     GAP = args.gap
+    if args.user_rows:  # the child run as an ordinary user: rows as JSON, nothing written
+        rows = local_rows(args.runs, ("unshare", "landlock"))
+        print(json.dumps([[row.name, row.samples, row.note] for row in rows]))
+        return
     rows = collect(args.runs)
     page = render(rows, args.runs)
     print(page)

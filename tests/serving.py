@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -78,17 +79,35 @@ class Server:
                 self.process.wait()
 
 
-def start_server(data_dir: Path, timeout: float = 180, backend: str = "local") -> Server:
-    """Start ``serve --demo`` with a fresh data dir and a sandbox backend; wait until it answers."""
+def start_server(
+    data_dir: Path | None,
+    timeout: float = 180,
+    backend: str = "local",
+    *,
+    wrapper: list[str] = (),
+    checkout: Path = ROOT,
+    extra_env: dict[str, str] | None = None,
+) -> Server:
+    """Start ``serve --demo`` with a fresh data dir and a sandbox backend; wait until it answers.
+
+    ``wrapper`` is an argv prefix (e.g. ``scripts/unprivileged --``); ``checkout``
+    the copy of Airlock to serve from; ``data_dir`` None keeps its default
+    (``var/`` in that checkout). The log goes to ``serve.log`` beside the data.
+    """
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
-    env.update(AIRLOCK_DATA_DIR=str(data_dir), SANDBOX_BACKEND=backend, DEBUG="true")
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log_path = data_dir / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV + ("AIRLOCK_DATA_DIR",)}
+    env.update(SANDBOX_BACKEND=backend, DEBUG="true", **(extra_env or {}))
+    if data_dir is not None:
+        env["AIRLOCK_DATA_DIR"] = str(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        log_path = data_dir / "serve.log"
+    else:
+        log_path = Path(tempfile.mkdtemp(prefix="airlock-serve-log-")) / "serve.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--demo"],
-        cwd=ROOT,
+        [*wrapper, sys.executable, str(checkout / "manage.py"), "serve", "--port", str(port)]
+        + ["--demo"],
+        cwd=checkout,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

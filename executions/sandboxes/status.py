@@ -52,5 +52,5 @@ def weak_isolation() -> str | None:
     """Why the sandbox in force isolates code weakly, or None when it does not."""
     status = sandbox_status()
     if status["ok"] and status["isolation"] == "weak":
-        return f"{status['backend']}: {status['reason']}"
+        return f"{status['backend']}: no namespaces, no Landlock; see /healthz"
     return None

@@ -57,6 +57,43 @@ def test_a_curl_proposal_of_print_hi_succeeds_and_sigterm_stops_everything(serve
     assert processes_with_env(served.data) == [], "a process outlived serve"
 
 
+def test_the_data_dir_is_private_and_serve_says_how_scripts_are_isolated(served):
+    data = Path(served.data)
+    assert data.stat().st_mode & 0o777 == 0o700
+    for name in ("secret_key", "airlock.sqlite3"):
+        assert (data / name).stat().st_mode & 0o777 == 0o600, name
+    assert (data / "broker").stat().st_mode & 0o777 == 0o700
+    assert len((data / "secret_key").read_text().strip()) >= 40  # made for this install
+    sandbox = json.loads(urllib.request.urlopen(served.base + "/healthz", timeout=10).read())
+    isolation = sandbox["checks"]["sandbox"]["isolation"]
+    assert f"Sandbox: local · isolation {isolation}" in served.log.read_text()
+
+
+def test_errors_outside_the_views_are_json_on_the_real_server(served):
+    big = {"action": "script.execute", "parameters": {"code": "#" * (5 * 1024 * 1024)}}
+    status, body = served.api("POST", "/api/v1/proposals", big)
+    assert (status, body["error"]["type"]) == (413, "request_too_large"), body
+    status, body = served.api("GET", "/api/v1/nowhere")
+    assert (status, body["error"]["type"]) == (404, "not_found"), body
+    status, body = served.api("PUT", "/api/v1/schema/")
+    assert (status, body["error"]["type"]) == (405, "method_not_allowed"), body
+
+
+def test_an_older_install_keeps_its_key_and_loses_its_loose_modes(tmp_path):
+    from tests.serving import start_server
+
+    data = tmp_path / "old"
+    data.mkdir(mode=0o755)
+    (data / "airlock.sqlite3").touch(mode=0o644)
+    server = start_server(data)
+    try:
+        assert (data / "secret_key").read_text() == "airlock-development-key-change-me"
+        assert data.stat().st_mode & 0o777 == 0o700
+        assert (data / "airlock.sqlite3").stat().st_mode & 0o777 == 0o600
+    finally:
+        server.stop()
+
+
 def test_children_die_with_serve_even_when_it_is_killed(served):
     served.process.kill()
     served.process.wait()

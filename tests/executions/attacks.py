@@ -156,3 +156,87 @@ def wait_for_output(sink: MemorySink, text: str, timeout: float = 20) -> None:
     while text not in sink.stdout:
         assert time.monotonic() < deadline, f"no {text!r} in {sink.stdout!r} {sink.stderr!r}"
         time.sleep(0.02)
+
+
+# --- attacks on the control plane --------------------------------------------------------
+
+# Every attack tries each step and reports; an error is what containment looks like.
+PRELUDE = """
+import os, signal, socket, sqlite3
+def step(what, action):
+    try:
+        result = action()
+        print("REACHED", what, repr(result)[:200])
+    except Exception as exc:
+        print("blocked", what, type(exc).__name__, exc)
+def read(path):
+    with open(path, "rb") as f:
+        return f.read(200)
+def write(path):
+    with open(path, "w") as f:
+        f.write("escaped")
+    return path
+def listing(path):
+    try:
+        return os.listdir(path)
+    except OSError as exc:
+        print("blocked listing", path, exc)
+        return []
+def query(db):
+    return sqlite3.connect("file:%s?mode=rw" % db, uri=True, timeout=1).execute(
+        "select name from sqlite_master").fetchall()
+def hijack(db):
+    c = sqlite3.connect("file:%s?mode=rw" % db, uri=True, timeout=1)
+    c.execute("create table hijacked (x)")
+    c.commit()
+def connect(host, port):
+    socket.create_connection((host, port), timeout=2).close()
+def connect_unix(path):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+def processes_with(text):
+    found = []
+    for pid in listing("/proc"):
+        if pid.isdigit():
+            try:
+                if text.encode() in read("/proc/%s/cmdline" % pid):
+                    found.append(pid)
+            except OSError:
+                pass
+    return found
+"""
+
+
+def attack(steps: list[tuple[str, str]], then: str = "") -> str:
+    """Code that tries each (what, expression) step, prints REACHED for each success."""
+    lines = [f"step({what!r}, lambda: {expression})" for what, expression in steps]
+    return PRELUDE + "\n".join(lines) + "\n" + then + "print('tried')\n"
+
+
+def database_steps(path: str) -> list[tuple[str, str]]:
+    return [
+        ("read the database file", f"read({path!r})"),
+        ("query the database", f"query({path!r})"),
+        ("write the database", f"hijack({path!r})"),
+    ]
+
+
+def port_steps(targets: list[tuple[str, int]], sockets: list[str]) -> list[tuple[str, str]]:
+    steps = [(f"connect to {host}:{port}", f"connect({host!r}, {port})") for host, port in targets]
+    return steps + [(f"connect to {path}", f"connect_unix({path!r})") for path in sockets]
+
+
+def worker_steps(pid: int) -> list[tuple[str, str]]:
+    return [
+        ("read the worker environment", f"read('/proc/{pid}/environ')"),
+        ("read the worker command line", f"read('/proc/{pid}/cmdline')"),
+        ("stop the worker", f"os.kill({pid}, signal.SIGKILL)"),
+    ]
+
+
+def assert_contained(output: str, *secrets: str) -> None:
+    """The attack ran to its end, reached nothing, and printed none of the secrets."""
+    assert "tried" in output, output
+    assert "REACHED" not in output, output
+    for secret in secrets:
+        assert secret not in output, output

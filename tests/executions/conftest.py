@@ -7,6 +7,7 @@ missing engine is a broken pipeline, not a reason to pass.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -68,6 +69,15 @@ SANDBOX_CONFIGS = {
 }
 
 
+def selected_configs() -> list[str]:
+    """``AIRLOCK_TEST_SANDBOXES`` (comma-separated names above) narrows a pass to those."""
+    wanted = [name for name in os.environ.get("AIRLOCK_TEST_SANDBOXES", "").split(",") if name]
+    unknown = sorted(set(wanted) - set(SANDBOX_CONFIGS))
+    if unknown:
+        raise pytest.UsageError(f"AIRLOCK_TEST_SANDBOXES: unknown configurations {unknown}")
+    return wanted or list(SANDBOX_CONFIGS)
+
+
 def _config_problem(backend: str, kwargs: dict) -> str | None:
     problem = backend_problem(backend)
     if problem is None and "method" in kwargs:
@@ -78,7 +88,7 @@ def _config_problem(backend: str, kwargs: dict) -> str | None:
     return problem
 
 
-@pytest.fixture(scope="module", params=list(SANDBOX_CONFIGS))
+@pytest.fixture(scope="module", params=selected_configs())
 def any_sandbox(request) -> Iterator[tuple[str, Sandbox]]:
     """(configuration name, instance) for every backend and mode; one instance per module.
 

@@ -34,12 +34,17 @@ from django.conf import settings
 
 from executions.sandboxes.base import Sandbox
 from tests.executions.attacks import (
+    assert_contained,
     assert_next_run_is_clean,
+    attack,
+    database_steps,
     host_processes_with,
     marker,
+    port_steps,
     run,
     start_in_background,
     wait_for_output,
+    worker_steps,
 )
 from tests.support import port_open, require, wait_for
 
@@ -148,42 +153,11 @@ def sandbox(any_sandbox, request) -> Sandbox:
     return instance
 
 
-def attempt(sandbox: Sandbox, code: str, **limits) -> str:
-    """Run attack code that prints ``REACHED ...`` for every success; return its output."""
-    outcome, sink = run(sandbox, PRELUDE + code, timeout_seconds=20, **limits)
+def attempt(sandbox: Sandbox, code: str) -> str:
+    """Run attack code; return what it printed (``REACHED ...`` for every success)."""
+    outcome, sink = run(sandbox, code, timeout_seconds=20)
     assert "tried" in sink.stdout, (outcome, sink.stdout, sink.stderr[-2000:])
     return sink.stdout
-
-
-def assert_contained(output: str, *secrets: str) -> None:
-    assert "REACHED" not in output, output
-    for secret in secrets:
-        assert secret not in output, output
-
-
-# Every attack tries each step and reports; an error is what containment looks like.
-PRELUDE = """
-import os, signal, socket, sqlite3
-def step(what, action):
-    try:
-        result = action()
-        print("REACHED", what, repr(result)[:200])
-    except Exception as exc:
-        print("blocked", what, type(exc).__name__, exc)
-def read(path):
-    with open(path, "rb") as f:
-        return f.read(200)
-def write(path):
-    with open(path, "w") as f:
-        f.write("escaped")
-    return path
-def listing(path):
-    try:
-        return os.listdir(path)
-    except OSError as exc:
-        print("blocked listing", path, exc)
-        return []
-"""
 
 
 # --- Airlock's own state ----------------------------------------------------------------
@@ -191,20 +165,7 @@ def listing(path):
 
 def test_the_database_is_out_of_reach(sandbox, control_plane):
     path = str(control_plane.database)
-    output = attempt(
-        sandbox,
-        f"db = {path!r}\n"
-        "uri = 'file:%s?mode=rw' % db\n"
-        "step('read the database file', lambda: read(db))\n"
-        "step('query the policy', lambda: sqlite3.connect(uri, uri=True, timeout=1)"
-        ".execute('select * from policy').fetchall())\n"
-        "def hijack():\n"
-        "    c = sqlite3.connect(uri, uri=True, timeout=1)\n"
-        "    c.execute('create table hijacked (x)')\n"
-        "    c.commit()\n"
-        "step('write the database', hijack)\n"
-        "print('tried')\n",
-    )
+    output = attempt(sandbox, attack(database_steps(path)))
     assert_contained(output, control_plane.secret)
     with contextlib.closing(sqlite3.connect(path)) as db:
         tables = [row[0] for row in db.execute("select name from sqlite_master")]
@@ -216,45 +177,36 @@ def test_the_database_is_out_of_reach(sandbox, control_plane):
 def test_the_data_dir_and_broker_folder_are_out_of_reach(sandbox, control_plane):
     tag = marker()
     data_dir, broker = str(control_plane.data_dir), str(control_plane.broker)
-    output = attempt(
-        sandbox,
-        f"step('list the data dir', lambda: os.listdir({data_dir!r}))\n"
-        f"step('list the broker folder', lambda: os.listdir({broker!r}))\n"
-        f"step('read a broker message', lambda: read({broker!r} + '/message.msg'))\n"
-        f"step('write into the data dir', lambda: write({data_dir!r} + '/{tag}'))\n"
-        f"step('queue a broker message', lambda: write({broker!r} + '/{tag}.msg'))\n"
-        "print('tried')\n",
-    )
-    assert_contained(output, control_plane.secret)
+    steps = [
+        ("list the data dir", f"os.listdir({data_dir!r})"),
+        ("list the broker folder", f"os.listdir({broker!r})"),
+        ("read a broker message", f"read({broker + '/message.msg'!r})"),
+        ("write into the data dir", f"write({data_dir + '/' + tag!r})"),
+        ("queue a broker message", f"write({broker + '/' + tag + '.msg'!r})"),
+    ]
+    assert_contained(attempt(sandbox, attack(steps)), control_plane.secret)
     assert sorted(os.listdir(data_dir)) == ["airlock.sqlite3", "broker", "secret_key"]
     assert os.listdir(broker) == ["message.msg"]
     assert_next_run_is_clean(sandbox)
 
 
 def test_the_secret_key_is_out_of_reach(sandbox, control_plane):
-    output = attempt(
-        sandbox,
-        f"step('read the secret key', lambda: read({str(control_plane.secret_file)!r}))\n"
-        "print('tried')\n",
-    )
-    assert_contained(output, control_plane.secret)
+    steps = [("read the secret key", f"read({str(control_plane.secret_file)!r})")]
+    assert_contained(attempt(sandbox, attack(steps)), control_plane.secret)
     assert_next_run_is_clean(sandbox)
 
 
 def test_the_checkout_is_out_of_reach(sandbox, control_plane):
     tag = marker()
-    settings_file = str(CHECKOUT / "console" / "settings.py")
     own = str(control_plane.checkout)
-    output = attempt(
-        sandbox,
-        f"step('read console/settings.py', lambda: read({settings_file!r}))\n"
-        f"step('list the checkout', lambda: os.listdir({str(CHECKOUT)!r}))\n"
-        f"step('read the server-owned checkout', lambda: read({own!r} + '/console/settings.py'))\n"
-        f"step('write the server-owned checkout', lambda: write({own!r} + '/console/{tag}.py'))\n"
-        f"step('write the checkout', lambda: write({str(CHECKOUT)!r} + '/{tag}.py'))\n"
-        "print('tried')\n",
-    )
-    assert_contained(output, control_plane.secret)
+    steps = [
+        ("read console/settings.py", f"read({str(CHECKOUT / 'console' / 'settings.py')!r})"),
+        ("list the checkout", f"os.listdir({str(CHECKOUT)!r})"),
+        ("read the server-owned checkout", f"read({own + '/console/settings.py'!r})"),
+        ("write the server-owned checkout", f"write({own + '/console/' + tag + '.py'!r})"),
+        ("write the checkout", f"write({str(CHECKOUT / (tag + '.py'))!r})"),
+    ]
+    assert_contained(attempt(sandbox, attack(steps)), control_plane.secret)
     assert not list(control_plane.checkout.rglob(f"{tag}*"))
     assert not (CHECKOUT / f"{tag}.py").exists()
     assert_next_run_is_clean(sandbox)
@@ -271,19 +223,7 @@ def test_control_plane_ports_are_out_of_reach(sandbox, control_plane):
     for host, port in targets[:3]:
         assert port_open(host, port), f"the test itself cannot reach {host}:{port}"
     sockets = [POSTGRES_SOCKET] if os.path.exists(POSTGRES_SOCKET) else []
-    output = attempt(
-        sandbox,
-        f"for host, port in {targets!r}:\n"
-        "    step('connect to %s:%s' % (host, port),"
-        " lambda: socket.create_connection((host, port), timeout=2).close())\n"
-        f"for path in {sockets!r}:\n"
-        "    def unix():\n"
-        "        with socket.socket(socket.AF_UNIX) as s:\n"
-        "            s.connect(path)\n"
-        "    step('connect to ' + path, unix)\n"
-        "print('tried')\n",
-    )
-    assert_contained(output)
+    assert_contained(attempt(sandbox, attack(port_steps(targets, sockets))))
     assert_next_run_is_clean(sandbox)
 
 
@@ -291,14 +231,8 @@ def test_control_plane_ports_are_out_of_reach(sandbox, control_plane):
 
 
 def test_the_worker_environment_is_out_of_reach(sandbox, control_plane):
-    pid = control_plane.worker_pid
-    output = attempt(
-        sandbox,
-        "print('own environment', sorted(os.environ.items()))\n"
-        f"step('read the worker environment', lambda: read('/proc/{pid}/environ'))\n"
-        f"step('read the worker command line', lambda: read('/proc/{pid}/cmdline'))\n"
-        "print('tried')\n",
-    )
+    steps = worker_steps(control_plane.worker_pid)[:2]
+    output = attempt(sandbox, attack(steps, then="print(sorted(os.environ.items()))\n"))
     assert_contained(output, control_plane.secret, control_plane.worker_marker)
     assert "SECRET_KEY" not in output and "DATABASE_URL" not in output
     assert_next_run_is_clean(sandbox)
@@ -306,32 +240,25 @@ def test_the_worker_environment_is_out_of_reach(sandbox, control_plane):
 
 def test_the_worker_cannot_be_signalled(sandbox, any_sandbox, control_plane):
     pid = control_plane.worker_pid
-    code = f"step('stop the worker', lambda: os.kill({pid}, signal.SIGKILL))\n"
+    steps = worker_steps(pid)[2:]
     if any_sandbox[0] != "local-rlimits" or ROOT:
         # Everything this uid may signal (as the worker's own uid, this test run too);
         # whether it "worked" shows on the host: the worker must still be there.
-        code += "step('signal every process', lambda: os.kill(-1, signal.SIGKILL))\n"
-    output = attempt(sandbox, code + "print('tried')\n")
+        steps.append(("signal every process", "os.kill(-1, signal.SIGKILL)"))
+    output = attempt(sandbox, attack(steps))
     assert "REACHED stop the worker" not in output, output
     assert host_processes_with(control_plane.worker_marker) == [pid]
     assert_next_run_is_clean(sandbox)
 
 
 def test_the_host_process_list_is_hidden(sandbox, control_plane):
-    output = attempt(
-        sandbox,
+    then = (
         "pids = [p for p in listing('/proc') if p.isdigit()]\n"
-        "for pid in pids:\n"
-        "    try:\n"
-        "        if read('/proc/%s/cmdline' % pid).find(b'airlock-adv-') >= 0:\n"
-        "            print('REACHED a host process', pid)\n"
-        "    except OSError:\n"
-        "        pass\n"
         "if len(pids) > 20:\n"
         "    print('REACHED the host process list:', len(pids), 'processes')\n"
-        "print('visible', len(pids))\n"
-        "print('tried')\n",
     )
+    steps = [("find the worker", f"processes_with({control_plane.worker_marker!r}) or 1/0")]
+    output = attempt(sandbox, attack(steps, then=then))
     assert_contained(output, control_plane.worker_marker)
     assert_next_run_is_clean(sandbox)
 
@@ -344,13 +271,9 @@ def test_nothing_reaches_the_host_tmp_home_or_data_dir(sandbox, control_plane):
     places = ["/tmp", "/var/tmp", "/dev/shm", str(control_plane.home)]
     places += [str(control_plane.data_dir), str(control_plane.checkout)]
     paths = [os.path.join(place, tag) for place in places]
-    code = (
-        f"for path in {paths!r}:\n"
-        "    step('write ' + path, lambda: write(path))\n"
-        "print('written', flush=True)\n"
-        "import time\ntime.sleep(30)\n"
-    )
-    thread, sink, cancel, _ = start_in_background(sandbox, PRELUDE + code, timeout_seconds=40)
+    steps = [(f"write {path}", f"write({path!r})") for path in paths]
+    code = attack(steps, then="print('written', flush=True)\nimport time\ntime.sleep(30)\n")
+    thread, sink, cancel, _ = start_in_background(sandbox, code, timeout_seconds=40)
     try:
         wait_for_output(sink, "written")
         # While the run is alive: a private /tmp may hold the file, the host's must not.
@@ -366,26 +289,12 @@ def test_nothing_reaches_the_host_tmp_home_or_data_dir(sandbox, control_plane):
 def test_no_state_survives_to_the_next_run(sandbox, control_plane):
     tag = marker()
     places = ["/tmp", "/var/tmp", "/dev/shm", ".", "~", str(control_plane.home)]
-    paths = [os.path.join(os.path.expanduser(p) if p == "~" else p, tag) for p in places]
-    output = attempt(
-        sandbox,
-        f"for path in {paths!r}:\n"
-        "    try:\n"
-        "        write(os.path.expanduser(path))\n"
-        "        print('left', path)\n"
-        "    except OSError as exc:\n"
-        "        print('could not leave', path, exc)\n"
-        "print('tried')\n",
-    )
-    assert "left ./" in output, output  # the run's own dir is writable
-    found = attempt(
-        sandbox,
-        f"for path in {paths!r}:\n"
-        "    if os.path.exists(os.path.expanduser(path)):\n"
-        "        print('REACHED a file of the last run', path)\n"
-        "print('tried')\n",
-    )
-    assert_contained(found)
+    paths = [os.path.join(place, tag) for place in places]
+    leave = [(f"leave {path}", f"write(os.path.expanduser({path!r}))") for path in paths]
+    output = attempt(sandbox, attack(leave))
+    assert f"REACHED leave ./{tag}" in output, output  # the run's own dir is writable
+    find = [(f"a file of the last run: {p}", f"read(os.path.expanduser({p!r}))") for p in paths]
+    assert_contained(attempt(sandbox, attack(find)))
 
 
 VICTIM = """
@@ -408,22 +317,15 @@ def test_another_runs_files_and_processes_are_out_of_reach(sandbox, control_plan
         with contextlib.suppress(AssertionError):
             wait_for(lambda: host_processes_with(tag), timeout=3)
         pids = host_processes_with(tag)
-        output = attempt(
-            sandbox,
+        steps = [("find the other run", f"processes_with({tag!r}) or 1/0")]
+        steps += [(f"list its files ({pid})", f"os.listdir('/proc/{pid}/cwd')") for pid in pids]
+        steps += [(f"stop it ({pid})", f"os.kill({pid}, signal.SIGKILL)") for pid in pids]
+        hunt = (
             "import glob\n"
-            f"for pid in {pids!r} + [p for p in listing('/proc') if p.isdigit()]:\n"
-            "    try:\n"
-            f"        if {tag!r}.encode() in read('/proc/%s/cmdline' % pid):\n"
-            "            print('REACHED the other run', pid)\n"
-            "            step('its files', lambda: os.listdir('/proc/%s/cwd' % pid))\n"
-            "    except OSError:\n"
-            "        pass\n"
-            f"for pid in {pids!r}:\n"
-            "    step('stop the other run', lambda: os.kill(pid, signal.SIGKILL))\n"
             "for path in glob.glob('/tmp/*/*/secret.txt') + glob.glob('/tmp/*/secret.txt'):\n"
             "    step('read ' + path, lambda: read(path))\n"
-            "print('tried')\n",
         )
+        output = attempt(sandbox, attack(steps, then=hunt))
         alive = not ended and host_processes_with(tag) == pids
     finally:
         cancel.set()

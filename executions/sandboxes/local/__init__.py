@@ -181,7 +181,8 @@ def _bwrap_features() -> tuple[str | None, str, frozenset[str]]:
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"bwrap does not start: {exc}", flags
     if done.returncode != 0:
-        return None, f"bwrap cannot create namespaces here: {done.stderr.strip()}", flags
+        message = done.stderr.strip().removeprefix("bwrap: ").split(" See <")[0]
+        return None, f"bwrap cannot create namespaces here: {message}", flags
     return path, "bubblewrap namespaces", flags
 
 
@@ -237,6 +238,7 @@ def _unshare_problem() -> str | None:
         shutil.rmtree(base, ignore_errors=True)
     if reported != "0":
         reason = done.stderr.strip().rsplit("\n", 1)[-1].removeprefix("sandbox: ")
+        reason = reason.removeprefix("cannot start the code: ")
         return reason or f"the namespace probe exited with {done.returncode}"
     return None
 

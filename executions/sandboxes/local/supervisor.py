@@ -385,7 +385,8 @@ def start_code(cfg: dict, result_w: int) -> None:
         _, status = os.waitpid(init_pid, 0)
         os._exit(0 if os.WIFEXITED(status) else 1)
     except BaseException as exc:
-        os.write(2, f"sandbox: cannot start the interpreter: {exc}\n".encode())
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        os.write(2, f"sandbox: cannot start the code: {reason}\n".encode())
     os._exit(127)
 
 
