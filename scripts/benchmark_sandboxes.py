@@ -167,6 +167,7 @@ LOCAL_ROWS = {
     "rlimits": "local, rlimits only (weak)",
 }
 USER_SUFFIX = ", ordinary user"
+USER_VENV_PYTHON = os.path.join(ROOT, ".venv-user", "bin", "python")
 
 
 def local_rows(runs: int, methods=LOCAL_ROWS) -> list[Row]:
@@ -178,7 +179,10 @@ def ordinary_user_rows(runs: int) -> list[Row]:
     if os.geteuid() != 0:
         return []
     argv = [os.path.join(ROOT, "scripts", "unprivileged"), "--hide", "bwrap", "--"]
-    argv += [sys.executable, os.path.abspath(__file__), "--runs", str(runs), "--user-rows"]
+    python = os.environ.get("AIRLOCK_USER_PYTHON") or sys.executable
+    if not os.environ.get("AIRLOCK_USER_PYTHON") and os.path.exists(USER_VENV_PYTHON):
+        python = USER_VENV_PYTHON  # made by scripts/test when .venv is private to root
+    argv += [python, os.path.abspath(__file__), "--runs", str(runs), "--user-rows"]
     data_dir = os.path.join(tempfile.gettempdir(), f"airlock-bench-{os.getpid()}")  # theirs
     env = {**os.environ, "AIRLOCK_DATA_DIR": data_dir}
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)

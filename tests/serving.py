@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# An interpreter with Airlock's dependencies that an ordinary user can run
+# (scripts/test sets it when .venv's is private to its owner).
+USER_PYTHON = os.environ.get("AIRLOCK_USER_PYTHON") or sys.executable
 DEMO_PASSWORD = "airlock-demo"
 # What would point the server at another deployment's database or broker.
 FOREIGN_ENV = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SQLITE_PATH")
@@ -87,6 +90,7 @@ def start_server(
     wrapper: list[str] = (),
     checkout: Path = ROOT,
     extra_env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> Server:
     """Start ``serve --demo`` with a fresh data dir and a sandbox backend; wait until it answers.
 
@@ -105,8 +109,7 @@ def start_server(
         log_path = Path(tempfile.mkdtemp(prefix="airlock-serve-log-")) / "serve.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
     process = subprocess.Popen(
-        [*wrapper, sys.executable, str(checkout / "manage.py"), "serve", "--port", str(port)]
-        + ["--demo"],
+        [*wrapper, python, str(checkout / "manage.py"), "serve", "--port", str(port)] + ["--demo"],
         cwd=checkout,
         env=env,
         stdout=log,

@@ -19,7 +19,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,11 +34,11 @@ from tests.executions.attacks import (
     port_steps,
     worker_steps,
 )
-from tests.serving import ROOT, Server, start_server
+from tests.serving import ROOT, USER_PYTHON, Server, start_server
 from tests.support import port_open, require
 
 UNPRIVILEGED = [str(ROOT / "scripts" / "unprivileged"), "--hide", "bwrap", "--"]
-LEGACY_HOST = [sys.executable, str(ROOT / "tests" / "legacy_host.py")]
+LEGACY_HOST = [USER_PYTHON, str(ROOT / "tests" / "legacy_host.py")]
 USER = "airlock-user"
 TERMINAL = ("succeeded", "failed", "timed_out", "cancelled", "lost")
 
@@ -72,7 +71,7 @@ def manage(checkout: Path, *args: str, wrapper: list[str], data_dir: Path) -> st
     if data_dir != checkout / "var":
         env["AIRLOCK_DATA_DIR"] = str(data_dir)
     done = subprocess.run(
-        [*wrapper, sys.executable, str(checkout / "manage.py"), *args],
+        [*wrapper, USER_PYTHON, str(checkout / "manage.py"), *args],
         cwd=checkout,
         capture_output=True,
         text=True,
@@ -134,6 +133,7 @@ def deployment(user_checkout) -> Iterator[Deployment]:
         wrapper=UNPRIVILEGED,
         checkout=user_checkout,
         extra_env={"AIRLOCK_PROBE_SECRET": secret},
+        python=USER_PYTHON,
     )
     try:
         yield Deployment(server, user_checkout, UNPRIVILEGED, secret, user_checkout / "var")
@@ -251,6 +251,7 @@ def legacy_deployment(user_checkout) -> Iterator[Deployment]:
         wrapper=wrapper,
         checkout=user_checkout,
         extra_env={"AIRLOCK_DATA_DIR": str(data_dir)},
+        python=USER_PYTHON,
     )
     try:
         yield Deployment(server, user_checkout, wrapper, marker(), data_dir)
