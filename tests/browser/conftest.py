@@ -1,7 +1,10 @@
 """Browser tests: Debian's Chromium driven by Playwright against ``manage.py serve --demo``.
 
-One server per session (starting it costs seconds); each test opens fresh
-browser contexts, so logins and pages never leak between tests. Without
+One server and one browser per module (starting them costs seconds); each
+test opens fresh browser contexts, so logins and pages never leak between
+tests. Not per session: Playwright's sync API keeps its event loop marked as
+running in this thread while it is started, and Django then refuses database
+access to whatever test runs next in the same worker. Without
 Chromium the tests skip; under CI=true they fail.
 """
 
@@ -37,7 +40,7 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
     require(CHROMIUM.exists(), f"browser tests need Chromium at {CHROMIUM}")
     running = start_server(tmp_path_factory.mktemp("airlock") / "data")
@@ -45,7 +48,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
     running.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(server):
     try:
         from playwright.sync_api import sync_playwright
