@@ -1,17 +1,21 @@
 """Long-poll (``GET /api/v1/proposals/{id}?wait=N``) without a query loop and a connection per waiter.
 
 The read itself is the DRF view. What waits is asynchronous: every waiting
-call of a process registers with one ``ProposalWatcher`` for its event loop,
-which reads the state of all watched proposals in a single query per tick, on
+call of a process registers with one ``ProposalWatcher`` for its event loop.
+The watcher listens to the ``proposals`` group of the channel layer, to which
+every change of a proposal or its execution is broadcast after commit: on a
+message (and when a call registers, and every ``SAFETY_SECONDS`` whatever
+happens) it reads the state of all watched proposals in a single query, on
 one thread with one database connection, and wakes the calls whose proposal
-changed. A thousand waiting agents cost one query every 50 ms and no database
-connection each (PostgreSQL's default allows 100), not twenty thousand
-queries a second.
+changed. A thousand waiting agents cost one query per change and no database
+connection each (PostgreSQL's default allows 100), and a decision reaches its
+waiters as soon as it is broadcast, not at the next tick of a poll.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections import defaultdict
@@ -19,15 +23,17 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.db import close_old_connections, connection
 
+from executions.broadcast import PROPOSALS_GROUP
 from executions.choices import TERMINAL
 
 from .choices import ProposalStatus
 from .models import Proposal
 
 log = logging.getLogger(__name__)
-POLL_SECONDS = 0.05
+SAFETY_SECONDS = 1.0  # a read even without a message: broadcasts are at-most-once
 ENDED = (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED)
 
 Fingerprint = tuple  # (status, approvals, execution id, execution status)
@@ -54,10 +60,11 @@ def settled(fingerprint: Fingerprint) -> bool:
 class ProposalWatcher:
     """Wakes waiters of one event loop when their proposal's fingerprint changes."""
 
-    def __init__(self, interval: float = POLL_SECONDS):
+    def __init__(self, interval: float = SAFETY_SECONDS):
         self.interval = interval
         self._waiters: dict[int, dict[asyncio.Future, Fingerprint]] = defaultdict(dict)
         self._task: asyncio.Task | None = None
+        self._kick = asyncio.Event()
 
     @property
     def watching(self) -> int:
@@ -67,6 +74,7 @@ class ProposalWatcher:
         """True when the proposal changed from ``seen`` within ``timeout`` seconds."""
         future = asyncio.get_running_loop().create_future()
         self._waiters[pk][future] = seen
+        self._kick.set()  # read soon: it may have changed since the caller's read
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="proposal-watcher")
         try:
@@ -80,27 +88,33 @@ class ProposalWatcher:
                 waiting.pop(future, None)
                 if not waiting:
                     del self._waiters[pk]
+            if not self._waiters:
+                self._kick.set()  # the watcher ends instead of waiting for a change
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         # One thread, so one database connection, whatever the number of waiters.
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="proposal-watcher")
+        changes = _Changes()
         try:
-            while self._waiters:
-                await asyncio.sleep(self.interval)
+            await changes.subscribe()
+            while True:
+                self._kick.clear()
                 if not self._waiters:
                     break
                 try:
                     current = await loop.run_in_executor(executor, _read, list(self._waiters))
                 except Exception:
                     log.exception("watching proposals for long-polls failed; retrying")
-                    continue
+                    current = {}
                 self._wake(current)
+                await changes.next(self._kick, self.interval)
         finally:
             # Before any await: a waiter that registers from now on starts a new watcher.
             if self._task is asyncio.current_task():
                 self._task = None
-            await loop.run_in_executor(executor, connection.close)
+            await changes.unsubscribe()
+            await loop.run_in_executor(executor, _close_connection)
             executor.shutdown(wait=False)
 
     def _wake(self, current: dict[int, Fingerprint]) -> None:
@@ -111,6 +125,50 @@ class ProposalWatcher:
             for future, seen in waiting.items():
                 if now != seen and not future.done():
                     future.set_result(now)
+
+
+class _Changes:
+    """The watcher's subscription to the ``proposals`` group of the channel layer."""
+
+    def __init__(self):
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self._receiving: asyncio.Future | None = None
+
+    async def subscribe(self) -> None:
+        if self.layer is None:
+            return
+        try:
+            self.channel = await self.layer.new_channel()
+            await self.layer.group_add(PROPOSALS_GROUP, self.channel)
+        except Exception:  # then the watcher falls back to reading every interval
+            log.exception("long-polls cannot listen to the channel layer; reading on a timer")
+            self.channel = None
+
+    async def next(self, kick: asyncio.Event, timeout: float) -> None:
+        """Return on a broadcast change, a kick, or after ``timeout`` seconds."""
+        waits = [asyncio.ensure_future(kick.wait())]
+        if self.channel is not None:
+            if self._receiving is None or self._receiving.done():
+                self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+            waits.append(self._receiving)
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        waits[0].cancel()
+        received = self._receiving
+        if received in done and not received.cancelled() and received.exception() is not None:
+            log.warning("channel layer receive failed: %s", received.exception())
+
+    async def unsubscribe(self) -> None:
+        if self._receiving is not None:
+            self._receiving.cancel()
+        if self.channel is not None:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(PROPOSALS_GROUP, self.channel)
+
+
+def _close_connection() -> None:
+    # Looked up here, on the watcher's thread: the connection is per thread.
+    connection.close()
 
 
 def _read(ids: list[int]) -> dict[int, Fingerprint]:

@@ -1,10 +1,11 @@
 """A channel layer for the embedded deployment: processes that share only the database.
 
 Delivery inside a process is the in-memory layer's. A ``group_send`` is also
-written to a table; each web process polls that table (every ``poll_interval``
-seconds) for messages other processes sent to groups it has members in. It is
-at-most-once like every channel layer: consumers catch up from the database.
-The scale deployment uses channels-redis instead.
+written to a table and rings the ``layer`` doorbell; each web process with
+members in some group reads the table for messages other processes sent as
+soon as it is rung, and every ``poll_interval`` seconds whatever happens (the
+safety net). It is at-most-once like every channel layer: consumers catch up
+from the database. The scale deployment uses channels-redis instead.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from datetime import timedelta
 from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer
 
+from . import doorbell
+
 log = logging.getLogger(__name__)
+TOPIC = "layer"
 
 
 class DatabaseChannelLayer(InMemoryChannelLayer):
-    def __init__(self, expiry: int = 60, poll_interval: float = 0.05, **kwargs):
+    def __init__(self, expiry: int = 60, poll_interval: float = 0.5, **kwargs):
         super().__init__(expiry=expiry, **kwargs)
         self.poll_interval = poll_interval
         self.origin = uuid.uuid4().hex
@@ -40,10 +44,24 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
             await super().group_send(group, message)
         await sync_to_async(self._store)(group, message, self.origin if local else "")
 
+    def group_send_from_thread(self, group: str, message: dict) -> bool:
+        """``group_send`` for a thread without an event loop; False to use the async path.
+
+        The message goes through the table, and this process's own poller
+        delivers it to local members too (as from any other process).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._store(group, message, "")
+            return True
+        return False
+
     def _store(self, group: str, message: dict, origin: str) -> None:
         from .models import LayerMessage
 
         LayerMessage.objects.create(group=group, origin=origin, payload=json.dumps(message))
+        doorbell.ring(TOPIC)
 
     async def group_add(self, group: str, channel: str) -> None:
         await super().group_add(group, channel)
@@ -55,14 +73,18 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
             self._poller = loop.create_task(self._poll_forever())
 
     async def _poll_forever(self) -> None:
-        while self.groups:
-            try:
-                for group, message in await sync_to_async(self._fetch)():
-                    if group in self.groups:
-                        await super().group_send(group, message)
-            except Exception:  # a failed poll must not end live updates for good
-                log.exception("channel layer poll failed")
-            await asyncio.sleep(self.poll_interval)
+        bell = doorbell.Bell(TOPIC)  # listening before the first read: no ring is missed
+        try:
+            while self.groups:
+                try:
+                    for group, message in await sync_to_async(self._fetch)():
+                        if group in self.groups:
+                            await super().group_send(group, message)
+                except Exception:  # a failed poll must not end live updates for good
+                    log.exception("channel layer poll failed")
+                await bell.wait_async(self.poll_interval)
+        finally:
+            bell.close()
 
     def _fetch(self) -> list[tuple[str, dict]]:
         from .models import LayerMessage

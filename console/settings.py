@@ -201,7 +201,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "processed_folder": str(DATA_DIR / "broker-processed"),
         "control_folder": str(DATA_DIR / "broker-control"),
         "store_processed": False,
-        "polling_interval": 0.05,
+        "polling_interval": 0.5,  # a safety net: producers ring the doorbell
     }
 )
 if CELERY_BROKER_URL.startswith("filesystem://"):

@@ -26,6 +26,11 @@ def broadcast(group: str, message: dict) -> None:
     if layer is None:
         return
     try:
+        # A layer that can send from a plain thread skips async_to_sync's
+        # event loop and thread hops (the embedded one writes a row and rings).
+        send_now = getattr(layer, "group_send_from_thread", None)
+        if send_now is not None and send_now(group, message):
+            return
         async_to_sync(layer.group_send)(group, message)
     except Exception:
         log.exception("broadcast to %s failed", group)

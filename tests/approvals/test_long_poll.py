@@ -11,10 +11,12 @@ import threading
 import time
 
 import pytest
+from channels.layers import get_channel_layer
 from django.db import connection
 
 from approvals import services, waiting
 from approvals.models import Proposal
+from executions.broadcast import PROPOSALS_GROUP, broadcast
 from tests.approvals.test_proposals_api import RISKY, propose
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,7 +59,26 @@ def test_a_waiting_call_without_a_change_answers_the_same_after_its_wait(agent_a
     assert response.json() == body
 
 
-def test_many_waiters_share_one_query_per_tick(agent, monkeypatch):
+def announce_change(ids) -> None:
+    """What services do after commit: tell the proposals group (from a worker's thread)."""
+    for pk in ids:
+        broadcast(PROPOSALS_GROUP, {"type": "proposal.changed", "proposal_id": pk})
+
+
+async def wind_down(watcher) -> None:
+    """Let the watcher and the channel layer's poller end, as a server's loop would."""
+    if watcher._task is not None:
+        await asyncio.wait_for(watcher._task, 10)
+    layer = get_channel_layer()
+    poller = getattr(layer, "_poller", None)
+    if poller is not None and poller.get_loop() is asyncio.get_running_loop():
+        try:
+            await asyncio.wait_for(asyncio.shield(poller), 10)
+        except TimeoutError:
+            raise AssertionError(f"poller still running: groups={layer.groups} {poller}") from None
+
+
+def test_many_waiters_share_one_read_per_change_and_idle_costs_nothing(agent, monkeypatch):
     ids = [
         services.submit(agent, {**RISKY, "idempotency_key": f"k{i}"}).proposal.pk for i in range(40)
     ]
@@ -68,27 +89,37 @@ def test_many_waiters_share_one_query_per_tick(agent, monkeypatch):
 
     async def main():
         watcher = waiting.watcher()
+        watcher.interval = 60  # no safety read in this test: only broadcasts wake it
         tasks = [
-            asyncio.create_task(watcher.wait_for_change(pk, seen[pk], timeout=10)) for pk in ids
+            asyncio.create_task(watcher.wait_for_change(pk, seen[pk], timeout=30)) for pk in ids
         ]
         while watcher.watching < len(ids):
             await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the reads the registrations asked for are done
+        settled = len(reads)
         await asyncio.sleep(0.5)
-        reads_while_idle = len(reads)
-        await asyncio.to_thread(
-            lambda: Proposal.objects.filter(pk__in=ids[:30]).update(approvals_count=1)
-        )
-        woken = [await asyncio.wait_for(task, 5) for task in tasks[:30]]  # the changed ones answer
+        reads_while_idle = len(reads) - settled
+
+        def change():
+            Proposal.objects.filter(pk__in=ids[:30]).update(approvals_count=1)
+            announce_change(ids[:30])
+            connection.close()
+
+        await asyncio.to_thread(change)
+        woken = [await asyncio.wait_for(task, 20) for task in tasks[:30]]  # the changed ones
         await asyncio.sleep(0.3)
         still_waiting = [not task.done() for task in tasks[30:]]
         for task in tasks[30:]:
             task.cancel()
+        await asyncio.gather(*tasks[30:], return_exceptions=True)
+        await wind_down(watcher)
         return reads_while_idle, woken, still_waiting
 
     reads_while_idle, woken, still_waiting = asyncio.run(main())
 
-    # 0.5 s at 50 ms a tick: about 10 reads for 40 waiters, each read covering all of them.
-    assert 3 <= reads_while_idle <= 15, reads
+    # Half a second of nothing happening costs no read at all, and every read
+    # covers every waiter.
+    assert reads_while_idle == 0, reads
     assert max(reads) == len(ids)
     assert woken == [True] * 30
     assert all(still_waiting)
@@ -101,7 +132,7 @@ def test_the_watcher_stops_when_nobody_waits(agent):
     async def main():
         watcher = waiting.watcher()
         changed = await watcher.wait_for_change(pk, seen, timeout=0.2)
-        await asyncio.sleep(watcher.interval * 4)
+        await wind_down(watcher)
         return changed, watcher.watching, watcher._task
 
     assert asyncio.run(main()) == (False, 0, None)
@@ -113,13 +144,36 @@ def test_a_waiter_arriving_as_the_watcher_winds_down_is_still_watched(agent):
 
     async def main():
         watcher = waiting.watcher()
+        watcher.interval = 60
         first = asyncio.create_task(watcher.wait_for_change(pk, seen, timeout=0.05))
         await first  # the watcher now winds down: it closes its connection
-        await asyncio.sleep(watcher.interval)
-        second = asyncio.create_task(watcher.wait_for_change(pk, seen, timeout=5))
+        second = asyncio.create_task(watcher.wait_for_change(pk, seen, timeout=20))
         await asyncio.sleep(0.2)
-        await asyncio.to_thread(lambda: Proposal.objects.filter(pk=pk).update(approvals_count=1))
-        return await second
+
+        def change():
+            Proposal.objects.filter(pk=pk).update(approvals_count=1)
+            announce_change([pk])
+            connection.close()
+
+        await asyncio.to_thread(change)
+        changed = await second
+        await wind_down(watcher)
+        return changed
+
+    assert asyncio.run(main()) is True
+
+
+def test_a_change_made_just_before_a_waiter_registers_is_not_missed(agent):
+    pk = services.submit(agent, RISKY).proposal.pk
+    seen = waiting.fingerprints([pk])[pk]
+    Proposal.objects.filter(pk=pk).update(approvals_count=1)  # and its broadcast came and went
+
+    async def main():
+        watcher = waiting.watcher()
+        watcher.interval = 60
+        changed = await watcher.wait_for_change(pk, seen, timeout=20)
+        await wind_down(watcher)
+        return changed
 
     assert asyncio.run(main()) is True
 
