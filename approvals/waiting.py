@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import weakref
 from collections import defaultdict
@@ -76,7 +77,11 @@ class ProposalWatcher:
         self._waiters[pk][future] = seen
         self._kick.set()  # read soon: it may have changed since the caller's read
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="proposal-watcher")
+            # A context of its own, not the first waiting request's (see the
+            # channel layer's poller: a request's executor ends with it).
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="proposal-watcher", context=contextvars.Context()
+            )
         try:
             await asyncio.wait_for(future, timeout)
             return True

@@ -11,14 +11,17 @@ from the database. The scale deployment uses channels-redis instead.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer
+from django.db import close_old_connections, connection, transaction
 
 from . import doorbell
 
@@ -61,7 +64,10 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
         from .models import LayerMessage
 
         LayerMessage.objects.create(group=group, origin=origin, payload=json.dumps(message))
-        doorbell.ring(TOPIC)
+        self._cleanup()  # by writers: the pollers only read, and never wait for a lock
+        # Inside a transaction the row is not there for other connections yet:
+        # ring once it is, or the poller reads too early and waits a whole interval.
+        transaction.on_commit(lambda: doorbell.ring(TOPIC))
 
     async def group_add(self, group: str, channel: str) -> None:
         await super().group_add(group, channel)
@@ -70,14 +76,20 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
     def _ensure_poller(self) -> None:
         loop = asyncio.get_running_loop()
         if self._poller is None or self._poller.done() or self._poller.get_loop() is not loop:
-            self._poller = loop.create_task(self._poll_forever())
+            # A context of its own: started from within a request, the task would
+            # otherwise keep that request's thread-sensitive executor, which is
+            # gone once the request ends.
+            self._poller = loop.create_task(self._poll_forever(), context=contextvars.Context())
 
     async def _poll_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Its own thread, so its own database connection.
+        reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer-poller")
         bell = doorbell.Bell(TOPIC)  # listening before the first read: no ring is missed
         try:
             while self.groups:
                 try:
-                    for group, message in await sync_to_async(self._fetch)():
+                    for group, message in await loop.run_in_executor(reader, self._fetch):
                         if group in self.groups:
                             await super().group_send(group, message)
                 except Exception:  # a failed poll must not end live updates for good
@@ -85,10 +97,13 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
                 await bell.wait_async(self.poll_interval)
         finally:
             bell.close()
+            await loop.run_in_executor(reader, close_old_connection)
+            reader.shutdown(wait=False)
 
     def _fetch(self) -> list[tuple[str, dict]]:
         from .models import LayerMessage
 
+        close_old_connections()  # one the database dropped is replaced, not reused
         if self._last_id is None:
             self._last_id = (
                 LayerMessage.objects.order_by("-id").values_list("id", flat=True).first() or 0
@@ -100,7 +115,6 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
         )
         if rows:
             self._last_id = rows[-1][0]
-        self._cleanup()
         return [
             (group, json.loads(payload))
             for _, group, origin, payload in rows
@@ -121,3 +135,8 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
     async def flush(self) -> None:
         await super().flush()
         self._last_id = None
+
+
+def close_old_connection() -> None:
+    """Close the calling thread's connection (the poller's, on its own thread)."""
+    connection.close()
