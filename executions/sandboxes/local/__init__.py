@@ -265,12 +265,13 @@ def method_problems() -> dict[str, str | None]:
 
 
 def describe_method(method: str) -> str:
+    """How a method confines a run, as /healthz and the console say it."""
     abi = _landlock_abi()
-    landlock = f" + Landlock ABI {abi}" if abi and method != "rlimits" else ""
     return {
         "bwrap": "bubblewrap namespaces",
-        "unshare": f"namespaces (unprivileged user namespaces){landlock}",
-        "landlock": f"Landlock only{landlock.replace(' + Landlock', ',')} (no user namespaces)",
+        "unshare": "own namespaces (unprivileged user namespaces)"
+        + (f" + Landlock ABI {abi}" if abi else ""),
+        "landlock": f"Landlock ABI {abi} alone (no user namespaces)",
         "rlimits": "a subprocess with rlimits only: no namespaces, no Landlock",
     }[method]
 
