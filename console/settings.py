@@ -185,7 +185,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 2000, "expiry": 30},
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "capacity": 2000,
+                "expiry": 30,
+                # Deployments sharing one Redis keep their groups apart by prefix.
+                "prefix": env("CHANNEL_LAYER_PREFIX", "asgi"),
+            },
         }
     }
 else:
