@@ -7,6 +7,7 @@ ignored rather than shown as errors, so a stale bookmark still opens a page.
 from __future__ import annotations
 
 from datetime import datetime, time, timedelta
+from zoneinfo import available_timezones
 
 from django import forms
 from django.db.models import Q, QuerySet
@@ -15,14 +16,10 @@ from django.utils import timezone
 from executions.actions import catalog
 from executions.choices import ExecutionStatus
 
-from .choices import ProposalStatus
-from .policy import OVERRIDABLE, RULE_KINDS
-
-RISK_BANDS = {
-    "low": (0, 3),
-    "medium": (4, 6),
-    "high": (7, 10),
-}
+from . import overview, simulation, suggestions
+from .choices import RISK_BANDS, DecisionKind, ProposalStatus
+from .models import ReviewerPreferences
+from .policy import OVERRIDABLE, RULE_KINDS, SLACK_CHANNEL
 
 
 def action_choices() -> list[tuple[str, str]]:
@@ -89,14 +86,27 @@ def status_choices() -> list:
     ]
 
 
+DECIDED_BY = {"policy": overview.DECIDED_BY_POLICY, "people": overview.DECIDED_BY_PEOPLE}
+
+
 class HistoryFilterForm(_FilterForm):
     status = forms.ChoiceField(required=False, choices=status_choices)
+    decided_by = forms.ChoiceField(
+        required=False,
+        choices=[("", "anyone"), ("policy", "policy"), ("people", "reviewers")],
+        label="Decided by",
+    )
+    score = forms.IntegerField(required=False, min_value=0, max_value=10, label="Risk")
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
 
     def apply(self, queryset: QuerySet) -> QuerySet:
         values = self.values()
         queryset = self._common(queryset, values)
+        if "decided_by" in values:
+            queryset = queryset.filter(DECIDED_BY[values["decided_by"]])
+        if "score" in values:
+            queryset = queryset.filter(risk_score=values["score"])
         status = values.get("status", "")
         if status.startswith(EXECUTION_PREFIX):
             queryset = queryset.filter(execution__status=status.removeprefix(EXECUTION_PREFIX))
@@ -138,6 +148,40 @@ class RuleForm(forms.Form):
 
 
 RuleFormSet = forms.formset_factory(RuleForm, extra=2, can_delete=True)
+
+
+def _band_choices() -> list[tuple[str, str]]:
+    return [(band, f"{band} ({low}–{high})") for band, (low, high) in RISK_BANDS.items()]
+
+
+class SlackRouteForm(forms.Form):
+    channel = forms.CharField(max_length=81, required=False)
+    bands = forms.MultipleChoiceField(
+        choices=_band_choices, required=False, widget=forms.CheckboxSelectMultiple
+    )
+    agent = forms.CharField(max_length=200, required=False)
+    action = forms.CharField(max_length=200, required=False)
+
+    def clean_channel(self) -> str:
+        channel = self.cleaned_data["channel"].strip()
+        if channel and not SLACK_CHANNEL.match(channel):
+            raise forms.ValidationError("a channel id or #name")
+        return channel
+
+    def route(self) -> dict | None:
+        """The route this row holds (blank globs match anything), or None for a blank row."""
+        data = self.cleaned_data
+        if not data or data.get("DELETE") or not data.get("channel"):
+            return None
+        return {
+            "channel": data["channel"],
+            "bands": [band for band in RISK_BANDS if band in data.get("bands", [])],
+            "agent": data.get("agent") or "*",
+            "action": data.get("action") or "*",
+        }
+
+
+SlackRouteFormSet = forms.formset_factory(SlackRouteForm, extra=1, can_delete=True)
 
 
 class PolicySettingsForm(forms.Form):
@@ -211,10 +255,11 @@ def policy_initial(data: dict) -> dict:
         "allow": data["allow"],
         "notify": data["notify"],
         "overrides": overrides,
+        "slack_routes": data.get("slack_routes", []),
     }
 
 
-def policy_document(base: dict, settings_form, rule_sets: dict, overrides) -> dict:
+def policy_document(base: dict, settings_form, rule_sets: dict, overrides, routes=None) -> dict:
     """The policy ``base`` with what the editor's valid forms say; keys it lacks stay as they were."""
     document = dict(base)
     document.update({k: v for k, v in settings_form.cleaned_data.items() if k != "comment"})
@@ -223,7 +268,83 @@ def policy_document(base: dict, settings_form, rule_sets: dict, overrides) -> di
     document["agent_overrides"] = dict(
         item for form in overrides if (item := form.override()) is not None
     )
+    if routes is not None:
+        document["slack_routes"] = [route for form in routes if (route := form.route())]
     return document
+
+
+class PreviewForm(forms.Form):
+    """How much history the editor's preview replays."""
+
+    preview_last = forms.IntegerField(
+        min_value=1,
+        max_value=simulation.MAX_LAST,
+        initial=simulation.DEFAULT_LAST,
+        label="Preview against the last",
+        help_text="proposals",
+    )
+
+    def last(self) -> int:
+        valid = self.is_bound and self.is_valid()
+        return self.cleaned_data["preview_last"] if valid else simulation.DEFAULT_LAST
+
+
+class DraftRuleForm(forms.Form):
+    """A suggestion opened in the editor: add (or drop) one rule of one list, unsaved."""
+
+    add = forms.ChoiceField(required=False, choices=[(n, n) for n in suggestions.RULE_LISTS])
+    drop = forms.ChoiceField(required=False, choices=[(n, n) for n in suggestions.RULE_LISTS])
+    kind = forms.ChoiceField(choices=[(k, k) for k in RULE_KINDS])
+    pattern = forms.CharField(max_length=500)
+    note = forms.CharField(max_length=200, required=False)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if bool(data.get("add")) == bool(data.get("drop")):
+            raise forms.ValidationError("say which list to add the rule to or drop it from")
+        return data
+
+
+class SuggestionsForm(forms.Form):
+    min_approvals = forms.IntegerField(
+        min_value=2, max_value=1000, initial=suggestions.MIN_APPROVALS, required=False,
+        label="Suggest after", help_text="approvals and no rejection",
+    )  # fmt: skip
+    window_days = forms.IntegerField(
+        min_value=1, max_value=3650, initial=suggestions.WINDOW_DAYS, required=False,
+        label="Within the last", help_text="days",
+    )  # fmt: skip
+    stale_days = forms.IntegerField(
+        min_value=1, max_value=3650, initial=suggestions.STALE_DAYS, required=False,
+        label="Flag rules unmatched for", help_text="days",
+    )  # fmt: skip
+
+    def settings(self) -> dict:
+        """The cleaned values, a field's default where it is blank or invalid."""
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        return {
+            name: data.get(name) if data.get(name) is not None else field.initial
+            for name, field in self.fields.items()
+        }
+
+
+class CompareForm(forms.Form):
+    a = forms.IntegerField(min_value=1, label="Version")
+    b = forms.IntegerField(min_value=1, label="against")
+
+
+class OverviewForm(forms.Form):
+    days = forms.TypedChoiceField(
+        coerce=int,
+        required=False,
+        choices=[(d, f"last {d} days") for d in overview.WINDOWS],
+        initial=overview.DEFAULT_WINDOW,
+    )
+
+    def window(self) -> int:
+        self.is_valid()
+        return getattr(self, "cleaned_data", {}).get("days") or overview.DEFAULT_WINDOW
 
 
 # --- agents -------------------------------------------------------------------
@@ -256,3 +377,84 @@ class CapabilitiesForm(forms.Form):
 
     def clean_capabilities(self) -> list[str]:
         return _capability_list(self.cleaned_data["capabilities"])
+
+
+# --- a reviewer's profile, the delivery log, the review link page --------------------
+
+
+def _time_zones() -> list[tuple[str, str]]:
+    return [("", "the console's time zone")] + [
+        (zone, zone) for zone in sorted(available_timezones())
+    ]
+
+
+class PreferencesForm(forms.ModelForm):
+    """Where and when a person hears about proposals; their mail address too."""
+
+    address = forms.EmailField(
+        required=False, label="Mail address", help_text="where review mails go; blank for none"
+    )
+    bands = forms.MultipleChoiceField(
+        choices=_band_choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Risk bands",
+        help_text="tell me about proposals in these bands",
+    )
+    time_zone = forms.ChoiceField(choices=_time_zones, required=False, label="Time zone")
+
+    class Meta:
+        model = ReviewerPreferences
+        fields = ["console", "email", "slack", "bands", "quiet_from", "quiet_until", "time_zone"]
+        labels = {
+            "console": "Notices in the console",
+            "email": "Mail",
+            "slack": "Slack direct messages",
+            "quiet_from": "Quiet from",
+            "quiet_until": "until",
+        }
+        widgets = {
+            "quiet_from": forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
+            "quiet_until": forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
+        }
+
+    def clean_bands(self) -> list[str]:
+        return [band for band in RISK_BANDS if band in self.cleaned_data["bands"]]
+
+    def clean(self) -> dict:
+        data = super().clean()
+        start, end = data.get("quiet_from"), data.get("quiet_until")
+        if (start is None) != (end is None):
+            raise forms.ValidationError("quiet hours need both a start and an end (or neither)")
+        if start is not None and start == end:
+            raise forms.ValidationError("quiet hours cannot start and end at the same time")
+        return data
+
+
+DELIVERY_CHANNELS = ("webhook", "email", "slack")
+
+
+class DeliveryFilterForm(forms.Form):
+    channel = forms.ChoiceField(
+        required=False, choices=[("", "every channel")] + [(c, c) for c in DELIVERY_CHANNELS]
+    )
+    state = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "any state"),
+            ("pending", "pending"),
+            ("delivered", "sent"),
+            ("failed", "failed"),
+        ],
+    )
+
+    def values(self) -> dict:
+        self.is_valid()
+        return {k: v for k, v in getattr(self, "cleaned_data", {}).items() if v}
+
+
+class LinkDecisionForm(forms.Form):
+    """A tap on the review link page: approve or reject, with an optional comment."""
+
+    kind = forms.ChoiceField(choices=DecisionKind.choices)
+    comment = forms.CharField(required=False, max_length=4000)

@@ -2,8 +2,13 @@
 
 ``notify(kind, proposal)`` is the one entry point; after commit it hands the
 event to every configured notifier (``NOTIFIERS`` setting). Notifiers share
-one small interface: live in the console, email, signed webhooks. Every
-message links to the proposal.
+one small interface: live in the console, email, signed webhooks, Slack
+(``approvals.slack``). Every message links to the proposal.
+
+People are told about the kinds in ``TOLD``, as their preferences allow
+(``ReviewerPreferences``). The ``FOLLOW_UPS`` (a partial approval, the end of
+the execution) only keep messages already posted up to date, so only
+notifiers that post such messages take them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
@@ -30,7 +34,7 @@ from django.utils.module_loading import import_string
 from console.roles import REVIEWERS_GROUP
 from executions.broadcast import PROPOSALS_GROUP, broadcast
 
-from .models import Proposal, Webhook, WebhookDelivery
+from .models import Proposal, Webhook, WebhookDelivery, preferences_for
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +43,18 @@ KINDS = {
     "review_requested": "waits for review",
     "expiry_warning": "expires soon",
     "decided": "was decided",
+    "partly_approved": "has an approval and waits for more",
+    "execution_ended": "finished running",
 }
+TOLD = frozenset({"notify_list", "review_requested", "expiry_warning", "decided"})
+FOLLOW_UPS = frozenset({"partly_approved", "execution_ended"})
+# Mails to reviewers about these carry a one-tap review link while the proposal waits.
+REVIEW_KINDS = frozenset({"review_requested", "expiry_warning"})
 DEFAULT_NOTIFIERS = [
     "approvals.notifications.ConsoleNotifier",
     "approvals.notifications.EmailNotifier",
     "approvals.notifications.WebhookNotifier",
+    "approvals.slack.notifier.SlackNotifier",
 ]
 WEBHOOK_TIMEOUT_SECONDS = 5
 WEBHOOK_MAX_ATTEMPTS = 5
@@ -106,6 +117,11 @@ def event_for(kind: str, proposal: Proposal) -> Event:
 class Notifier(ABC):
     """Sends one event somewhere. Must not raise for a delivery problem; log it."""
 
+    kinds: frozenset[str] = TOLD
+
+    def wants(self, kind: str) -> bool:
+        return kind in self.kinds
+
     @abstractmethod
     def send(self, event: Event) -> None: ...
 
@@ -118,24 +134,59 @@ class ConsoleNotifier(Notifier):
 
 
 class EmailNotifier(Notifier):
-    """Mail to reviewers with an address, and to the agent's owner for decisions."""
+    """A mail per person: reviewers, and the agent's owner for decisions, as each prefers.
+
+    While a proposal waits, a reviewer's mail carries a one-tap review link bound
+    to them (``approvals.review_links``). Each mail is a row of the delivery log,
+    retried when the mail server refuses it.
+    """
 
     def send(self, event: Event) -> None:
-        recipients = self.recipients(event)
-        if not recipients:
-            return
-        try:
-            send_mail(event.subject, event.text, settings.DEFAULT_FROM_EMAIL, recipients)
-        except Exception:
-            log.exception("notification mail for proposal %s failed", event.proposal_id)
+        from . import deliveries, review_links
+
+        proposal = Proposal.objects.select_related("agent").get(pk=event.proposal_id)
+        now = timezone.now()
+        for user in self.recipients(event):
+            if not preferences_for(user).wants("email", event.risk, now):
+                continue
+            link = None
+            if event.kind in REVIEW_KINDS and may_decide(user, proposal):
+                link = review_links.mint(user, proposal)
+            deliveries.record(
+                channel="email",
+                operation="send",
+                event=event.kind,
+                proposal=proposal,
+                recipient=user,
+                target=user.email,
+                subject=event.subject,
+                body=event.text,
+                review_link=link,
+            )
 
     @staticmethod
-    def recipients(event: Event) -> list[str]:
-        reviewers = Q(is_superuser=True) | Q(groups__name=REVIEWERS_GROUP)
+    def recipients(event: Event) -> list:
         if event.kind == "decided":
-            reviewers = Q(agents__name=event.agent)
-        users = get_user_model().objects.filter(reviewers, is_active=True).exclude(email="")
-        return sorted(set(users.values_list("email", flat=True)))
+            people = get_user_model().objects.filter(agents__name=event.agent, is_active=True)
+        else:
+            people = reviewers()
+        return list(people.exclude(email="").distinct().order_by("email"))
+
+
+def reviewers():
+    """Everyone who may review: active members of the reviewers group, and admins."""
+    people = Q(is_superuser=True) | Q(groups__name=REVIEWERS_GROUP)
+    return get_user_model().objects.filter(people, is_active=True).distinct()
+
+
+def may_decide(user, proposal: Proposal) -> bool:
+    """Whether ``user`` could decide the proposal now (no link or button for those who can't)."""
+    from .policy import current_policy
+
+    if not proposal.is_pending or proposal.expires_at is None:
+        return False
+    owns = proposal.agent.owner_id == user.pk
+    return not owns or current_policy().self_approval
 
 
 class WebhookNotifier(Notifier):
@@ -218,11 +269,18 @@ def notifiers() -> list[Notifier]:
     return [import_string(path)() for path in getattr(settings, "NOTIFIERS", DEFAULT_NOTIFIERS)]
 
 
+def wanted(kind: str) -> bool:
+    """Whether any configured notifier takes this kind of event."""
+    return any(notifier.wants(kind) for notifier in notifiers())
+
+
 def send(kind: str, proposal_id: int) -> None:
-    """Build the event from the committed proposal and hand it to every notifier."""
+    """Build the event from the committed proposal and hand it to every notifier that takes it."""
     proposal = Proposal.objects.select_related("agent").get(pk=proposal_id)
     event = event_for(kind, proposal)
     for notifier in notifiers():
+        if not notifier.wants(kind):
+            continue
         try:
             notifier.send(event)
         except Exception:
@@ -232,6 +290,9 @@ def send(kind: str, proposal_id: int) -> None:
 def notify(kind: str, proposal: Proposal) -> None:
     """After commit, send in the background (mail and webhooks must not slow a request)."""
     from .tasks import send_notifications
+
+    if kind in FOLLOW_UPS and not wanted(kind):
+        return
 
     def enqueue() -> None:
         try:
@@ -257,3 +318,12 @@ def warn_expiring(now=None) -> int:
             notify("expiry_warning", proposal)
             warned += 1
     return warned
+
+
+def on_execution_ended(sender, execution_id: int, **kwargs) -> None:
+    """``executions.signals.execution_ended``: follow up on the proposal it ran for."""
+    if not wanted("execution_ended"):
+        return
+    proposal = Proposal.objects.filter(execution_id=execution_id).first()
+    if proposal is not None:
+        notify("execution_ended", proposal)

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from . import notifications, services
+from . import deliveries, notifications, services
 
 
 @shared_task(name="approvals.tasks.expire_pending", ignore_result=True)
@@ -24,3 +24,22 @@ def deliver_webhook(delivery_id: int) -> None:
 @shared_task(name="approvals.tasks.retry_webhooks", ignore_result=True)
 def retry_webhooks() -> int:
     return notifications.retry_due_deliveries()
+
+
+@shared_task(name="approvals.tasks.deliver", ignore_result=True)
+def deliver(delivery_id: int) -> None:
+    """A retry of one mail or Slack message of the delivery log."""
+    deliveries.attempt(delivery_id)
+
+
+@shared_task(name="approvals.tasks.retry_deliveries", ignore_result=True)
+def retry_deliveries() -> int:
+    return deliveries.retry_due()
+
+
+@shared_task(name="approvals.tasks.slack_reply", ignore_result=True)
+def slack_reply(response_url: str, text: str) -> None:
+    """An ephemeral answer to a Slack interaction, off the request that must answer in 3 s."""
+    from .slack.notifier import reply
+
+    reply(response_url, text)

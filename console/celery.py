@@ -32,4 +32,8 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "task": "approvals.tasks.retry_webhooks",
             "schedule": 60.0,
         },
+        "retry-deliveries": {
+            "task": "approvals.tasks.retry_deliveries",
+            "schedule": 60.0,
+        },
     }
