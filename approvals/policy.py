@@ -9,6 +9,7 @@ version and which rule decided it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from fnmatch import fnmatchcase
@@ -16,10 +17,10 @@ from fnmatch import fnmatchcase
 from django.db import IntegrityError, transaction
 from rest_framework import serializers
 
-from .choices import DecisionStep, ProposalStatus
+from .choices import RISK_BANDS, DecisionStep, ProposalStatus, risk_band
 from .prevalidators import PreValidation
 
-RULE_KINDS = ("action", "command", "service", "container", "process", "language")
+RULE_KINDS = ("action", "command", "service", "container", "process", "language", "host")
 
 DEFAULT_POLICY = {
     "deny": [
@@ -53,6 +54,7 @@ DEFAULT_POLICY = {
     "use_prevalidator": False,
     "allow_weak_sandbox": False,
     "agent_overrides": {},
+    "slack_routes": [],
 }
 
 # What a per-agent override may change.
@@ -77,6 +79,27 @@ class OverrideSerializer(serializers.Serializer):
     high_risk_quorum = serializers.IntegerField(min_value=1, max_value=10, required=False)
     review_timeout_minutes = serializers.IntegerField(min_value=1, max_value=10080, required=False)
     script_network = serializers.BooleanField(required=False)
+
+
+# A Slack channel id (C…, G…) or a channel name as people type it (#ops-approvals).
+SLACK_CHANNEL = re.compile(r"^(#[a-z0-9][a-z0-9._-]{0,79}|[CG][A-Z0-9]{2,20})$")
+
+
+class SlackRouteSerializer(serializers.Serializer):
+    """Where review requests go in Slack: a channel, for some risk bands, agents and actions."""
+
+    channel = serializers.RegexField(
+        SLACK_CHANNEL, max_length=81, error_messages={"invalid": "a channel id or #name"}
+    )
+    bands = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(RISK_BANDS)), default=list, max_length=3
+    )
+    agent = serializers.CharField(max_length=200, default="*")
+    action = serializers.CharField(max_length=200, default="*")
+
+    def validate_bands(self, bands: list[str]) -> list[str]:
+        # One order whatever was typed: export → apply → export must give the same text.
+        return [band for band in RISK_BANDS if band in bands]
 
 
 class PolicySerializer(serializers.Serializer):
@@ -110,11 +133,16 @@ class PolicySerializer(serializers.Serializer):
         ),
     )
     agent_overrides = serializers.DictField(child=OverrideSerializer(), default=dict)
+    slack_routes = SlackRouteSerializer(many=True, default=list)
 
     def validate(self, data: dict) -> dict:
         if data["high_risk_at"] < data["auto_approve_below"]:
             raise serializers.ValidationError(
-                "the high-risk threshold must not be below the auto-approve threshold"
+                {
+                    "high_risk_at": (
+                        "the high-risk threshold must not be below the auto-approve threshold"
+                    )
+                }
             )
         return data
 
@@ -136,6 +164,36 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class SlackRoute:
+    """Review requests matching the bands (none = any) and both globs go to ``channel``."""
+
+    channel: str
+    bands: tuple[str, ...] = ()
+    agent: str = "*"
+    action: str = "*"
+
+    @classmethod
+    def from_data(cls, data: dict) -> SlackRoute:
+        return cls(
+            channel=data["channel"],
+            bands=tuple(data.get("bands", ())),
+            agent=data.get("agent", "*"),
+            action=data.get("action", "*"),
+        )
+
+    def matches(self, agent: str, action: str, risk_score: int) -> bool:
+        return (
+            (not self.bands or risk_band(risk_score) in self.bands)
+            and fnmatchcase(agent, self.agent)
+            and fnmatchcase(action, self.action)
+        )
+
+    def label(self) -> str:
+        bands = "+".join(self.bands) or "any risk"
+        return f"{self.channel} ← {bands}, agent {self.agent}, action {self.action}"
+
+
+@dataclass(frozen=True)
 class Policy:
     """The policy in force, parsed from a ``PolicyVersion``."""
 
@@ -152,6 +210,9 @@ class Policy:
     use_prevalidator: bool = False
     allow_weak_sandbox: bool = False
     agent_overrides: dict = field(default_factory=dict)
+    # Slack channels for review requests, first match wins. In the policy because
+    # admins edit it where they edit who reviews what: versioned, audited, exported.
+    slack_routes: tuple[SlackRoute, ...] = ()
 
     @classmethod
     def from_data(cls, version: int, data: dict) -> Policy:
@@ -174,13 +235,19 @@ class Policy:
             )
             if key in data
         }
-        return cls(version=version, **lists, **scalars)
+        routes = tuple(SlackRoute.from_data(route) for route in data.get("slack_routes", []))
+        return cls(version=version, **lists, **scalars, slack_routes=routes)
 
     def as_data(self) -> dict:
         """The policy as the JSON document it was parsed from."""
         data = json.loads(json.dumps(asdict(self)))
         data.pop("version")
         return data
+
+    def slack_channel_for(self, agent: str, action: str, risk_score: int) -> str | None:
+        """The channel of the first Slack route the proposal matches, if any."""
+        route = next((r for r in self.slack_routes if r.matches(agent, action, risk_score)), None)
+        return route.channel if route else None
 
     def for_agent(self, agent_name: str) -> Policy:
         """This policy with the agent's overrides applied."""
@@ -352,8 +419,65 @@ def _with_prevalidator(policy: Policy, static_score: int, verdict) -> Outcome:
     return _by_score(policy, max(static_score, verdict.score), extra)
 
 
-def update_policy(data: object, user=None, comment: str = ""):
-    """Validate a whole policy document and put it in force as a new, audited version."""
+# Where a recorded step left a proposal: run on policy, held for people, or refused.
+APPROVED_STEPS = frozenset({DecisionStep.ALLOW_LIST, DecisionStep.NOTIFY_LIST, DecisionStep.RISK})
+DENIED_STEPS = frozenset({DecisionStep.DENY_LIST, DecisionStep.CAPABILITY, DecisionStep.INVALID})
+RECORDED_WEAK = "recorded: the sandbox in force was weak when this was proposed"
+
+
+def replay(
+    policy: Policy,
+    *,
+    agent_name: str,
+    action: str,
+    targets: dict[str, str],
+    risk_score: int,
+    decision_path: dict,
+    wants_network: bool = False,
+    sandboxed: bool = False,
+    weak_sandbox_now: str | None = None,
+) -> Outcome:
+    """The cascade for a stored proposal, as ``policy`` would decide it.
+
+    The inputs that are not in the proposal's row come from its recorded
+    decision path, so replaying the version that decided a proposal gives
+    what it got: no capability when the capability step refused it; the
+    pre-validator's recorded verdict (it is never called again, and a
+    proposal without one is scored without it); a weak sandbox when the
+    weak-sandbox step held it. Whether the sandbox was weak is not recorded
+    for a proposal policy held for review or refused, so for those the
+    sandbox in force now (``weak_sandbox_now``) stands in.
+    """
+    step = decision_path.get("step")
+    verdict = decision_path.get("prevalidator")
+    recorded = (
+        PreValidation(verdict.get("score"), str(verdict.get("reason", "")), bool(verdict.get("ok")))
+        if isinstance(verdict, dict)
+        else None
+    )
+    if not sandboxed:
+        weak = None
+    elif step == DecisionStep.WEAK_SANDBOX:
+        weak = RECORDED_WEAK
+    else:
+        weak = None if step in APPROVED_STEPS else weak_sandbox_now
+    return evaluate(
+        policy.for_agent(agent_name),
+        action=action,
+        targets=targets,
+        capability=None if step == DecisionStep.CAPABILITY else "recorded",
+        risk_score=risk_score,
+        wants_network=wants_network,
+        weak_sandbox=weak,
+        prevalidate=(lambda: recorded) if recorded is not None else None,
+    )
+
+
+def update_policy(data: object, user=None, comment: str = "", actor: str | None = None):
+    """Validate a whole policy document and put it in force as a new, audited version.
+
+    ``actor`` names who acted when no user did (``manage.py policy apply``).
+    """
     from audit.services import actor_label, record
 
     from .models import PolicyVersion
@@ -367,7 +491,7 @@ def update_policy(data: object, user=None, comment: str = ""):
             version=previous.version + 1, data=document, comment=comment[:500], created_by=user
         )
         record(
-            actor_label(user),
+            actor or actor_label(user),
             "policy.updated",
             version,
             version=version.version,
@@ -385,3 +509,25 @@ def diff(before: dict, after: dict) -> dict:
         for key in sorted(set(before) | set(after))
         if before.get(key) != after.get(key)
     }
+
+
+def describe_diff(before: dict, after: dict) -> list[str]:
+    """What changed from one document to the other, a short line per setting."""
+    lines = []
+    for key, (old, new) in diff(before, after).items():
+        if isinstance(old, list) and isinstance(new, list):
+            lines += [f"{key}: + {_rule_label(r)}" for r in new if r not in old]
+            lines += [f"{key}: − {_rule_label(r)}" for r in old if r not in new]
+        elif isinstance(old, dict) or isinstance(new, dict):
+            lines.append(
+                f"{key}: {json.dumps(old, sort_keys=True)} → {json.dumps(new, sort_keys=True)}"
+            )
+        else:
+            lines.append(f"{key}: {json.dumps(old)} → {json.dumps(new)}")
+    return lines
+
+
+def _rule_label(rule: object) -> str:
+    if isinstance(rule, dict) and "channel" in rule:
+        return SlackRoute.from_data(rule).label()
+    return f"{rule.get('kind')}:{rule.get('pattern')}" if isinstance(rule, dict) else str(rule)

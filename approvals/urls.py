@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import api
+from . import api, policy_api
 from .waiting import long_poll
 
 app_name = "approvals-api"
@@ -14,4 +14,8 @@ urlpatterns = [
     path("sandboxes", api.Sandboxes.as_view(), name="sandboxes"),
     path("sandboxes/<int:pk>", api.SandboxDetail.as_view(), name="sandbox"),
     path("sandboxes/<int:pk>/execute", api.SandboxExecute.as_view(), name="sandbox-execute"),
+    path("policy/export", policy_api.PolicyExport.as_view(), name="policy-export"),
+    path("policy/apply", policy_api.PolicyApply.as_view(), name="policy-apply"),
+    path("policy/simulate", policy_api.PolicySimulate.as_view(), name="policy-simulate"),
+    path("policy/versions", policy_api.PolicyVersions.as_view(), name="policy-versions"),
 ]

@@ -1,0 +1,211 @@
+"""The policy endpoints: who may read, simulate and apply; bad input is a 4xx, never a half-write."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from approvals import policy_text
+from approvals.models import PolicyVersion
+from approvals.policy import current_policy
+from approvals.tokens import create_user_token
+from audit.models import AuditEvent
+from tests.conftest import client_for
+
+from .test_policy_preview import stored
+
+EXPORT = "/api/v1/policy/export"
+APPLY = "/api/v1/policy/apply"
+SIMULATE = "/api/v1/policy/simulate"
+VERSIONS = "/api/v1/policy/versions"
+
+
+@pytest.fixture
+def admin_api(admin_user) -> APIClient:
+    return client_for(create_user_token(admin_user))
+
+
+@pytest.fixture
+def policy_yaml(db) -> str:
+    return policy_text.version_text()
+
+
+def call(client: APIClient, endpoint: str, text: str):
+    if endpoint in (EXPORT, VERSIONS):
+        return client.get(endpoint)
+    return client.post(endpoint, {"text": text, "comment": "via the API"}, format="json")
+
+
+def state() -> tuple:
+    return PolicyVersion.objects.count(), AuditEvent.objects.filter(verb="policy.updated").count()
+
+
+# (endpoint, who may call it)
+ENDPOINTS = [
+    (EXPORT, {"reviewer", "admin"}),
+    (VERSIONS, {"reviewer", "admin"}),
+    (SIMULATE, {"reviewer", "admin"}),
+    (APPLY, {"admin"}),
+]
+CALLERS = ["anonymous", "agent", "outsider", "reviewer", "admin"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("endpoint", "allowed"), ENDPOINTS, ids=[e[0] for e in ENDPOINTS])
+@pytest.mark.parametrize("caller", CALLERS)
+def test_each_endpoint_answers_only_whom_it_should(
+    endpoint,
+    allowed,
+    caller,
+    policy_yaml,
+    request,
+    agent_api,
+    outsider_api,
+    reviewer_api,
+    admin_api,
+):
+    clients = {
+        "anonymous": APIClient(),
+        "agent": agent_api,
+        "outsider": outsider_api,
+        "reviewer": reviewer_api,
+        "admin": admin_api,
+    }
+    before = state()
+    response = call(clients[caller], endpoint, policy_yaml)
+    if caller in allowed:
+        assert response.status_code in (200, 201), response.content
+        return
+    expected = 401 if caller == "anonymous" else 403
+    assert response.status_code in (expected, 403), response.content
+    body = response.json()["error"]
+    assert body["type"] in ("permission_denied", "not_authenticated")
+    assert state() == before
+
+
+@pytest.mark.django_db
+def test_export_answers_yaml_for_the_policy_in_force_or_a_version(reviewer_api, admin_user):
+    current_policy()
+    response = reviewer_api.get(EXPORT)
+    assert response["Content-Type"].startswith("application/yaml")
+    text = response.content.decode()
+    assert text == policy_text.version_text() and "auto_approve_below: 4" in text
+    assert reviewer_api.get(EXPORT, {"version": 1}).content.decode() == text
+    missing = reviewer_api.get(EXPORT, {"version": 9})
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
+    bad = reviewer_api.get(EXPORT, {"version": "latest"})
+    assert bad.status_code == 400 and "version must be a number" in bad.json()["error"]["message"]
+
+
+@pytest.mark.django_db
+def test_apply_puts_the_text_in_force_and_export_gives_it_back(admin_api, policy_yaml):
+    edited = policy_yaml.replace("high_risk_quorum: 2", "high_risk_quorum: 3")
+    response = admin_api.post(APPLY, {"text": edited, "comment": "three"}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json() == {
+        "version": 2,
+        "comment": "three",
+        "changes": {"high_risk_quorum": [2, 3]},
+    }
+    assert admin_api.get(EXPORT).content.decode() == edited
+    event = AuditEvent.objects.filter(verb="policy.updated").get()
+    assert event.actor == "user:ada" and event.data["comment"] == "three"
+
+
+@pytest.mark.django_db
+def test_apply_takes_a_raw_yaml_body_with_the_comment_in_the_query(admin_api, policy_yaml):
+    edited = policy_yaml.replace("review_timeout_minutes: 60", "review_timeout_minutes: 30")
+    response = admin_api.generic(
+        "POST", APPLY + "?comment=shorter", edited.encode(), content_type="application/yaml"
+    )
+    assert response.status_code == 201, response.content
+    assert current_policy().review_timeout_minutes == 30
+    assert PolicyVersion.objects.get(version=2).comment == "shorter"
+
+
+BAD_BODIES = [
+    ({"text": "high_risk_at: [\n"}, "validation_error", "line 2, column 1"),
+    (
+        {"text": "auto_approve_below: 4\n"},
+        "validation_error",
+        "high_risk_at: This field is required",
+    ),
+    ({"comment": "no text"}, "validation_error", "text: This field is required"),
+    ({"text": 5}, "validation_error", "line 1: expected the policy's settings"),
+    (["a", "list"], "validation_error", "expected a JSON object"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "kind", "message"), BAD_BODIES, ids=[b[2][:20] for b in BAD_BODIES]
+)
+@pytest.mark.parametrize("endpoint", [APPLY, SIMULATE])
+def test_bad_input_is_a_json_400_and_writes_nothing(admin_api, endpoint, body, kind, message):
+    current_policy()
+    before = state()
+    response = admin_api.post(endpoint, body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["type"] == kind
+    assert message in response.json()["error"]["message"]
+    assert state() == before
+
+
+@pytest.mark.django_db
+def test_a_faulty_policy_names_its_line_and_field(admin_api, policy_yaml):
+    faulty = policy_yaml.replace("  pattern: uptime", "  pattern: uptime\n  glob: true")
+    response = admin_api.post(APPLY, {"text": faulty}, format="json")
+    message = response.json()["error"]["message"]
+    line = faulty.split("\n").index("  glob: true") + 1
+    assert response.status_code == 400
+    assert message.startswith(f"line {line}, allow[4].glob: unknown setting")
+    assert PolicyVersion.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_bodies_that_are_not_text_are_refused(admin_api):
+    current_policy()
+    not_utf8 = admin_api.generic("POST", APPLY, b"\xff\xfe", content_type="application/yaml")
+    assert not_utf8.status_code == 400 and not_utf8.json()["error"]["type"] == "parse_error"
+    xml = admin_api.generic("POST", APPLY, b"<policy/>", content_type="application/xml")
+    assert xml.status_code == 415
+    assert PolicyVersion.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_simulate_answers_the_moves_and_saves_nothing(reviewer_api, agent, policy_yaml):
+    stored(
+        agent, "host.restart_service", {"service_name": "nginx"}, risk=5, step="review", required=1
+    )
+    draft = policy_yaml.replace("auto_approve_below: 4", "auto_approve_below: 6")
+    response = reviewer_api.post(SIMULATE, {"text": draft, "last": 50}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["considered"] == 1 and body["moved"] == 1
+    assert body["changes"] == ["auto_approve_below: 4 → 6"]
+    assert body["moves"][0]["from"] == "review (1 approval)"
+    assert body["moves"][0]["to"] == "auto-approved"
+    assert body["moves"][0]["examples"][0]["action"] == "host.restart_service"
+    assert PolicyVersion.objects.count() == 1
+    too_many = reviewer_api.post(SIMULATE, {"text": draft, "last": 10**6}, format="json")
+    assert too_many.status_code == 400 and "last" in too_many.json()["error"]["message"]
+
+
+@pytest.mark.django_db
+def test_versions_lists_every_version_newest_first(reviewer_api, admin_api, policy_yaml):
+    admin_api.post(APPLY, {"text": policy_yaml, "comment": "again"}, format="json")
+    versions = reviewer_api.get(VERSIONS).json()["versions"]
+    assert [(v["version"], v["created_by"], v["comment"]) for v in versions] == [
+        (2, "ada", "again"),
+        (1, None, "default policy"),
+    ]
+
+
+@pytest.mark.django_db
+def test_the_schema_documents_the_policy_endpoints(agent_api):
+    schema = agent_api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    for path in (EXPORT, APPLY, SIMULATE, VERSIONS):
+        assert path in paths
+    assert "application/yaml" in paths[APPLY]["post"]["requestBody"]["content"]
