@@ -3,7 +3,19 @@ import json
 from django import forms
 from django.contrib import admin
 
-from .models import Agent, Decision, PolicyVersion, Proposal, UserToken, Webhook, WebhookDelivery
+from .models import (
+    Agent,
+    Decision,
+    Delivery,
+    PolicyVersion,
+    Proposal,
+    ReviewerPreferences,
+    ReviewLink,
+    SlackMessage,
+    UserToken,
+    Webhook,
+    WebhookDelivery,
+)
 from .policy import PolicySerializer, current_policy, update_policy
 
 
@@ -79,3 +91,37 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     list_display = ["id", "webhook", "event", "state", "attempts", "response_code", "created_at"]
     list_filter = ["state", "event"]
     readonly_fields = [f.name for f in WebhookDelivery._meta.fields]
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "channel",
+        "operation",
+        "event",
+        "target",
+        "state",
+        "attempts",
+        "created_at",
+    ]
+    list_filter = ["channel", "state", "event"]
+    readonly_fields = [f.name for f in Delivery._meta.fields]
+
+
+@admin.register(ReviewerPreferences)
+class ReviewerPreferencesAdmin(admin.ModelAdmin):
+    list_display = ["user", "console", "email", "slack", "slack_user_id", "updated_at"]
+    readonly_fields = ["link_code_hash", "link_code_expires_at", "slack_linked_at"]
+
+
+@admin.register(SlackMessage)
+class SlackMessageAdmin(admin.ModelAdmin):
+    list_display = ["proposal", "event", "channel", "ts", "recipient", "created_at"]
+    readonly_fields = [f.name for f in SlackMessage._meta.fields]
+
+
+@admin.register(ReviewLink)
+class ReviewLinkAdmin(admin.ModelAdmin):
+    list_display = ["proposal", "reviewer", "created_at", "expires_at", "used_at"]
+    readonly_fields = [f.name for f in ReviewLink._meta.fields]

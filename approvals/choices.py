@@ -25,6 +25,19 @@ TRANSITIONS = {
 }
 
 
+# Risk bands, as the queue filters by them and reviewers choose what to hear about.
+RISK_BANDS = {
+    "low": (0, 3),
+    "medium": (4, 6),
+    "high": (7, 10),
+}
+
+
+def risk_band(score: int) -> str:
+    """The band a risk score falls in (scores above the scale count as high)."""
+    return next((band for band, (_, high) in RISK_BANDS.items() if score <= high), "high")
+
+
 class Urgency(models.TextChoices):
     LOW = "low"
     NORMAL = "normal"

@@ -63,10 +63,23 @@ class QueueConsumer(AsyncWebsocketConsumer):
         """A notice from ``approvals.notifications``: shown at the top of every console page."""
         if not isinstance(event.get("proposal_id"), int):
             return
+        if event["proposal_id"] == self.proposal_id:
+            return  # this page shows that proposal live; a notice would only cover it
+        if not await database_sync_to_async(self.wants_notice)(event):
+            return
         html = await database_sync_to_async(render_to_string)(
             "console/base.html#notice", {"notice": event, "oob": True}
         )
         await self.send(text_data=html)
+
+    def wants_notice(self, event: dict) -> bool:
+        """The person's preferences: console notices, their risk bands, outside quiet hours."""
+        from django.utils import timezone
+
+        from .models import preferences_for
+
+        risk = event.get("risk") if isinstance(event.get("risk"), int) else 0
+        return preferences_for(self.user).wants("console", risk, timezone.now())
 
     async def push(self, badge_only: bool = False) -> None:
         html = await database_sync_to_async(self.render)(badge_only)

@@ -15,7 +15,7 @@ from audit.services import actor_label, record
 from console.roles import is_reviewer
 from executions import services as executions
 from executions.actions import get_action
-from executions.broadcast import PROPOSALS_GROUP, broadcast
+from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
 from executions.sandboxes.status import sandbox_status, weak_isolation
 
 from .choices import DecisionKind, ProposalStatus, Urgency
@@ -72,6 +72,8 @@ def submit(agent: Agent, payload: object) -> Submission:
             "unknown_action", f"unknown action {data['action']!r}; see /api/v1/capabilities"
         )
     parameters = spec.validate(data["parameters"])
+    if spec.authorize is not None:
+        spec.authorize(parameters, actor_label(agent))
     try:
         proposal = _decide_new(agent, spec, parameters, data)
     except IntegrityError:
@@ -184,12 +186,29 @@ def _queue_execution(proposal: Proposal, actor: str, capability: str | None) -> 
 
 
 def _announce(proposal: Proposal) -> None:
-    message = {"type": "proposal.changed", "proposal_id": proposal.pk, "status": proposal.status}
-    transaction.on_commit(lambda: broadcast(PROPOSALS_GROUP, message))
+    # With the proposal's state as long-polls compare it: a waiter wakes on the message alone.
+    message = {
+        "type": "proposal.changed",
+        "proposal_id": proposal.pk,
+        "status": proposal.status,
+        "approvals": proposal.approvals_count,
+        "execution_id": proposal.execution_id,
+        "execution_status": proposal.execution.status if proposal.execution_id else None,
+    }
+    broadcast_on_commit(PROPOSALS_GROUP, message)
 
 
-def decide(proposal_id: int, reviewer: AbstractBaseUser, kind: str, comment: str = "") -> Proposal:
-    """A reviewer approves or rejects. Guarded: one decision per reviewer, quorum, expiry."""
+def decide(
+    proposal_id: int,
+    reviewer: AbstractBaseUser,
+    kind: str,
+    comment: str = "",
+    via: str | None = None,
+) -> Proposal:
+    """A reviewer approves or rejects. Guarded: one decision per reviewer, quorum, expiry.
+
+    ``via`` names where the decision came from (Slack, an email link) for the audit trail.
+    """
     if not is_reviewer(reviewer):
         raise ProposalError("permission_denied", "only reviewers can approve or reject proposals")
     if kind not in DecisionKind.values:
@@ -207,13 +226,15 @@ def decide(proposal_id: int, reviewer: AbstractBaseUser, kind: str, comment: str
         expired = proposal.is_expired_at(now) and _expire(proposal)
         if not expired:
             _check_can_decide(proposal, reviewer, current_policy())
-            _record_decision(proposal, reviewer, kind, comment, now)
+            _record_decision(proposal, reviewer, kind, comment, now, via)
     if expired:
         raise ProposalError("conflict", f"proposal {proposal.pk} expired before the decision")
     return proposal
 
 
-def _record_decision(proposal: Proposal, reviewer, kind: str, comment: str, now) -> None:
+def _record_decision(
+    proposal: Proposal, reviewer, kind: str, comment: str, now, via: str | None
+) -> None:
     try:
         with transaction.atomic():
             Decision.objects.create(
@@ -224,7 +245,8 @@ def _record_decision(proposal: Proposal, reviewer, kind: str, comment: str, now)
             "conflict", f"{reviewer.get_username()} has already decided proposal {proposal.pk}"
         ) from None
     actor = actor_label(reviewer)
-    record(actor, f"proposal.decision.{kind}", proposal, comment=comment)
+    where = {"via": via} if via else {}
+    record(actor, f"proposal.decision.{kind}", proposal, comment=comment, **where)
     if kind == DecisionKind.REJECT:
         _close(proposal, ProposalStatus.REJECTED, now, actor)
     else:
@@ -263,6 +285,7 @@ def _count_approval(proposal: Proposal, now, actor: str) -> None:
     Proposal.objects.filter(pk=proposal.pk).update(approvals_count=approvals)
     proposal.approvals_count = approvals
     if approvals < proposal.required_approvals:
+        notify("partly_approved", proposal)
         return
     if not _transition(
         proposal, ProposalStatus.APPROVED, decided_at=now, approvals_count=approvals

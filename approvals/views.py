@@ -1,4 +1,5 @@
-"""Console pages for proposals: the queue, a proposal, decisions, history, policy, agents."""
+"""Console pages for proposals: the queue, a proposal, decisions, history, the overview,
+policy (editor with preview, versions, suggestions), agents."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ import json
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Prefetch
+from django.db import transaction
+from django.db.models import CharField, F, Prefetch, Value
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.safestring import SafeString, mark_safe
-from django.views.decorators.http import require_POST
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import BashLexer, JavascriptLexer, PythonLexer, TextLexer
@@ -20,14 +23,37 @@ from rest_framework import serializers
 
 from audit.services import actor_label
 from console.access import admin_required, reviewer_required
+from console.roles import is_admin
 
-from . import forms, services, tokens
+from . import (
+    charts,
+    forms,
+    overview,
+    policy_text,
+    review_links,
+    services,
+    simulation,
+    slack,
+    suggestions,
+    tokens,
+)
 from .choices import DecisionKind
-from .models import Agent, Decision, PolicyVersion, Proposal
-from .policy import current_policy, update_policy
+from .models import (
+    Agent,
+    Decision,
+    Delivery,
+    PolicyVersion,
+    Proposal,
+    ReviewerPreferences,
+    WebhookDelivery,
+    preferences_for,
+)
+from .policy import PolicySerializer, Rule, current_policy, describe_diff, update_policy
+from .slack import linking
 
 QUEUE_LIMIT = 200
 HISTORY_PAGE_SIZE = 50
+DELIVERY_PAGE_SIZE = 50
 STATUS_FOR_ERROR = {"permission_denied": 403, "not_found": 404, "conflict": 409}
 LEXERS = {"python": PythonLexer, "bash": BashLexer, "javascript": JavascriptLexer}
 CODE_PARAMETERS = ("code", "command")
@@ -216,45 +242,180 @@ def _policy_forms(data=None, initial: dict | None = None) -> dict:
         "overrides": forms.OverrideFormSet(
             data, initial=initial.get("overrides"), prefix="overrides"
         ),
+        "routes": forms.SlackRouteFormSet(
+            data, initial=initial.get("slack_routes"), prefix="slack_routes"
+        ),
     }
 
 
 def _valid(policy_forms: dict) -> bool:
-    parts = [policy_forms["settings"], *policy_forms["rules"].values(), policy_forms["overrides"]]
+    parts = [
+        policy_forms["settings"],
+        *policy_forms["rules"].values(),
+        policy_forms["overrides"],
+        policy_forms["routes"],
+    ]
     return all([part.is_valid() for part in parts])  # every part, so all errors show
 
 
 @admin_required
 def policy_editor(request: HttpRequest) -> HttpResponse:
+    """The editor: save a new version, or preview the draft against history first."""
     policy = current_policy()
-    errors: list[str] = []
+    preview_form = forms.PreviewForm(request.POST or None)
+    context = {"policy": policy, "preview_form": preview_form, "errors": [], "preview": None}
+    previewing = request.POST.get("intent") == "preview"
     if request.method == "POST":
         policy_forms = _policy_forms(request.POST)
-        if _valid(policy_forms):
-            document = forms.policy_document(
-                policy.as_data(),
-                policy_forms["settings"],
-                policy_forms["rules"],
-                policy_forms["overrides"],
-            )
+        document, context["errors"] = _draft(policy, policy_forms)
+        if document is not None and previewing:
+            context["preview"] = simulation.simulate(document, preview_form.last())
+            context["changes"] = describe_diff(policy.as_data(), document)
+        elif document is not None:
+            comment = policy_forms["settings"].cleaned_data["comment"]
             try:
-                version = update_policy(
-                    document, request.user, policy_forms["settings"].cleaned_data["comment"]
-                )
+                version = update_policy(document, request.user, comment)
             except serializers.ValidationError as exc:
-                errors = _flatten(exc.detail)
+                context["errors"] = _flatten(exc.detail)
             else:
                 messages.success(request, f"Policy version {version.version} is now in force.")
                 return redirect("console:policy")
     else:
-        policy_forms = _policy_forms(initial=forms.policy_initial(policy.as_data()))
-    context = {
-        "policy": policy,
-        "forms": policy_forms,
-        "errors": errors,
-        "versions": PolicyVersion.objects.select_related("created_by")[:10],
+        document, context["draft"] = _opened_draft(request.GET, policy.as_data())
+        policy_forms = _policy_forms(initial=forms.policy_initial(document))
+        if context["draft"]:
+            context["preview"] = simulation.simulate(document, simulation.DEFAULT_LAST)
+            context["changes"] = describe_diff(policy.as_data(), document)
+    context["forms"] = policy_forms
+    context["versions"] = PolicyVersion.objects.select_related("created_by")[:10]
+    template = "approvals/policy.html"
+    if request.htmx and previewing:
+        template += "#policy-preview"
+    return render(request, template, context, status=400 if context["errors"] else 200)
+
+
+def _draft(policy, policy_forms: dict) -> tuple[dict | None, list[str]]:
+    """The editor's document and no errors, or None and every error, field by field."""
+    if not _valid(policy_forms):
+        return None, _form_errors(policy_forms)
+    document = forms.policy_document(
+        policy.as_data(),
+        policy_forms["settings"],
+        policy_forms["rules"],
+        policy_forms["overrides"],
+        policy_forms["routes"],
+    )
+    checked = PolicySerializer(data=document)
+    if not checked.is_valid():
+        return None, _flatten(checked.errors)
+    return document, []
+
+
+def _form_errors(policy_forms: dict) -> list[str]:
+    lines = [
+        f"{name}: {message}" if name != "__all__" else message
+        for name, messages_ in policy_forms["settings"].errors.items()
+        for message in messages_
+    ]
+    parts = {
+        **policy_forms["rules"],
+        "overrides": policy_forms["overrides"],
+        "slack_routes": policy_forms["routes"],
     }
-    return render(request, "approvals/policy.html", context, status=400 if errors else 200)
+    for list_name, formset in parts.items():
+        lines += [f"{list_name}: {e}" for e in formset.non_form_errors()]
+        for i, errors in enumerate(formset.errors):
+            lines += [
+                f"{list_name}[{i + 1}]" + (f".{name}" if name != "__all__" else "") + f": {m}"
+                for name, found in errors.items()
+                for m in found
+            ]
+    return lines
+
+
+def _opened_draft(params, document: dict) -> tuple[dict, str]:
+    """The policy with a suggestion's rule added or dropped (``?add=allow&kind=…``), unsaved."""
+    if "add" not in params and "drop" not in params:
+        return document, ""
+    form = forms.DraftRuleForm(params)
+    if not form.is_valid():
+        return document, ""
+    data = form.cleaned_data
+    rule = Rule(data["kind"], data["pattern"], data["note"])
+    if data["add"]:
+        return suggestions.draft_with_rule(document, data["add"], rule), (
+            f"Draft: adds {rule.label()} to the {data['add']} list."
+        )
+    return suggestions.draft_without_rule(document, data["drop"], rule), (
+        f"Draft: drops {rule.label()} from the {data['drop']} list."
+    )
+
+
+@admin_required
+def policy_versions(request: HttpRequest) -> HttpResponse:
+    """Any two versions side by side, as exported text, with the changed lines marked."""
+    versions = PolicyVersion.objects.select_related("created_by")
+    newest = current_policy().version
+    form = forms.CompareForm(request.GET or {"a": max(newest - 1, 1), "b": newest})
+    rows, chosen = [], {}
+    if form.is_valid():
+        chosen = {v.version: v for v in versions.filter(version__in=form.cleaned_data.values())}
+        a, b = form.cleaned_data["a"], form.cleaned_data["b"]
+        for number in (a, b):
+            if number not in chosen:
+                form.add_error(None, f"there is no version {number}")
+        if not form.errors:
+            rows = policy_text.side_by_side(
+                policy_text.export_text(chosen[a].data), policy_text.export_text(chosen[b].data)
+            )
+    context = {"form": form, "rows": rows, "chosen": chosen, "versions": versions[:50]}
+    context["changed"] = sum(row.tag != "equal" for row in rows)
+    return render(request, "approvals/policy_versions.html", context)
+
+
+@admin_required
+def policy_suggestions(request: HttpRequest) -> HttpResponse:
+    """Allow rules reviewers keep earning, and rules nothing matches any more; drafts only."""
+    form = forms.SuggestionsForm(request.GET)
+    chosen = form.settings()
+    found = suggestions.suggest(chosen["min_approvals"], chosen["window_days"])
+    stale = suggestions.stale_rules(chosen["stale_days"])
+    base = reverse("console:policy")
+    context = {
+        "form": forms.SuggestionsForm(initial=chosen),  # what was used, defaults filled in
+        "settings": chosen,
+        "suggestions": [(s, base + "?" + _draft_query("add", "allow", s.rule)) for s in found],
+        "stale": [(r, base + "?" + _draft_query("drop", r.list_name, r.rule)) for r in stale],
+    }
+    return render(request, "approvals/policy_suggestions.html", context)
+
+
+def _draft_query(operation: str, list_name: str, rule: Rule) -> str:
+    return urlencode(
+        {operation: list_name, "kind": rule.kind, "pattern": rule.pattern, "note": rule.note}
+    )
+
+
+# --- overview -----------------------------------------------------------------------
+
+
+@reviewer_required
+def overview_page(request: HttpRequest) -> HttpResponse:
+    """Proposals per day by outcome, time to decision, who decides, risk, top agents and actions."""
+    form = forms.OverviewForm(request.GET if "days" in request.GET else None)
+    view = overview.overview(form.window())
+    context = {"form": form, "view": view, "charts": charts.all_charts(view)}
+    template = "approvals/overview.html"
+    if request.htmx and request.htmx.target == "overview":
+        template += "#overview"
+    return render(request, template, context)
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """The landing page: the overview for admins, the queue for reviewers."""
+    if is_admin(request.user):
+        return redirect("console:overview")
+    return queue(request)
 
 
 def _flatten(detail, prefix: str = "") -> list[str]:
@@ -335,3 +496,161 @@ def agent_action(request: HttpRequest, pk: int, operation: str) -> HttpResponse:
         }
         return render(request, "approvals/agents.html", context)
     return redirect(reverse("console:agents") + f"#agent-{agent.pk}")
+
+
+# --- a reviewer's profile ---------------------------------------------------------
+
+
+def _profile_context(request: HttpRequest, form, link_code: str = "") -> dict:
+    return {
+        "form": form,
+        "preferences": preferences_for(request.user),
+        "slack_configured": slack.configured(),
+        "link_code": link_code,
+        "link_minutes": linking.CODE_MINUTES,
+        "recent": Delivery.objects.filter(recipient=request.user).select_related("proposal")[:10],
+    }
+
+
+@reviewer_required
+def profile(request: HttpRequest) -> HttpResponse:
+    """Where and when the person hears about proposals; their Slack link."""
+    form = forms.PreferencesForm(
+        request.POST or None,
+        instance=preferences_for(request.user),
+        initial={"address": request.user.email},
+    )
+    if request.method == "POST" and form.is_valid():
+        chosen = {name: form.cleaned_data[name] for name in forms.PreferencesForm.Meta.fields}
+        with transaction.atomic():
+            ReviewerPreferences.objects.update_or_create(user=request.user, defaults=chosen)
+            request.user.email = form.cleaned_data["address"]
+            request.user.save(update_fields=["email"])
+        messages.success(request, "Your preferences are saved.")
+        return redirect("console:profile")
+    status = 400 if form.errors else 200
+    return render(request, "approvals/profile.html", _profile_context(request, form), status=status)
+
+
+@require_POST
+@reviewer_required
+def profile_slack_code(request: HttpRequest) -> HttpResponse:
+    """A one-time code to type into Slack (``/airlock link CODE``); shown once."""
+    if not slack.configured():
+        messages.error(request, "Slack is not set up on this Airlock.")
+        return redirect("console:profile")
+    code = linking.new_code(request.user)
+    form = forms.PreferencesForm(
+        instance=preferences_for(request.user), initial={"address": request.user.email}
+    )
+    return render(request, "approvals/profile.html", _profile_context(request, form, code))
+
+
+@require_POST
+@reviewer_required
+def profile_slack_unlink(request: HttpRequest) -> HttpResponse:
+    if linking.unlink(request.user):
+        messages.success(request, "Your Slack account is no longer linked.")
+    return redirect("console:profile")
+
+
+# --- the delivery log -------------------------------------------------------------
+
+DELIVERY_COLUMNS = (
+    "id",
+    "channel",
+    "operation",
+    "event",
+    "proposal_id",
+    "target",
+    "state",
+    "attempts",
+    "error",
+    "next_attempt_at",
+    "created_at",
+    "delivered_at",
+)
+
+
+def delivery_log(filters: dict):
+    """Webhook, mail and Slack deliveries, newest first, as one list of dicts."""
+    webhooks = WebhookDelivery.objects.annotate(
+        channel=Value("webhook", CharField()),
+        operation=Value("post", CharField()),
+        target=F("webhook__name"),
+    )
+    others = Delivery.objects.all()
+    if "state" in filters:
+        webhooks = webhooks.filter(state=filters["state"])
+        others = others.filter(state=filters["state"])
+    channel = filters.get("channel")
+    if channel == "webhook":
+        others = others.none()
+    elif channel:
+        webhooks, others = webhooks.none(), others.filter(channel=channel)
+    parts = [queryset.values(*DELIVERY_COLUMNS).order_by() for queryset in (webhooks, others)]
+    return parts[0].union(parts[1], all=True).order_by("-created_at", "-id")
+
+
+@admin_required
+def deliveries(request: HttpRequest) -> HttpResponse:
+    """Every channel's delivery log: sent, failed with the reason, retried."""
+    form = forms.DeliveryFilterForm(request.GET)
+    rows = delivery_log(form.values())
+    page = Paginator(rows, DELIVERY_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"form": form, "page": page, "query": query.urlencode()}
+    return render(request, "approvals/deliveries.html", context)
+
+
+# --- one-tap review from a mail -----------------------------------------------------
+
+
+def _link_page(request: HttpRequest, link, error: str = "", status: int = 200) -> HttpResponse:
+    proposal = proposal_for_page(link.proposal_id)
+    context = {
+        "proposal": proposal,
+        "reviewer": link.reviewer,
+        "decisions": proposal.decisions.all(),
+        "code_blocks": highlighted(proposal),
+        "parameters_json": other_parameters(proposal),
+        "pygments_css": HtmlFormatter(cssclass="code").get_style_defs(".code"),
+        "error": error,
+    }
+    return render(request, "approvals/review_link.html", context, status=status)
+
+
+def _refused(request: HttpRequest, refusal: review_links.LinkRefused) -> HttpResponse:
+    context = {"refused": refusal.message}
+    return render(request, "approvals/review_link.html", context, status=refusal.status)
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def review_link(request: HttpRequest, token: str) -> HttpResponse:
+    """The page a review mail links to. Opening it decides nothing; a tap (a POST) does.
+
+    No sign-in: the signed link stands for its reviewer, for this one decision.
+    """
+    try:
+        link = review_links.open_link(token, request.user)
+    except review_links.LinkRefused as refusal:
+        return _refused(request, refusal)
+    if request.method == "GET":
+        return _link_page(request, link)
+    form = forms.LinkDecisionForm(request.POST)
+    if not form.is_valid():
+        return _link_page(
+            request, link, "Choose approve or reject (a comment is at most 4000 characters).", 400
+        )
+    kind = form.cleaned_data["kind"]
+    try:
+        review_links.decide(token, kind, form.cleaned_data["comment"], request.user)
+    except review_links.LinkRefused as refusal:
+        return _refused(request, refusal)
+    except services.ProposalError as exc:
+        return _link_page(request, link, exc.message, STATUS_FOR_ERROR.get(exc.kind, 400))
+    proposal = proposal_for_page(link.proposal_id)
+    context = {"proposal": proposal, "reviewer": link.reviewer, "done": kind}
+    return render(request, "approvals/review_link.html", context)

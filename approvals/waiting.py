@@ -3,9 +3,12 @@
 The read itself is the DRF view. What waits is asynchronous: every waiting
 call of a process registers with one ``ProposalWatcher`` for its event loop.
 The watcher listens to the ``proposals`` group of the channel layer, to which
-every change of a proposal or its execution is broadcast after commit: on a
-message (and when a call registers, and every ``SAFETY_SECONDS`` whatever
-happens) it reads the state of all watched proposals in a single query, on
+every change of a proposal or its execution is broadcast after commit. A
+message that carries the new state (a proposal's, or its execution's status)
+wakes the calls that saw another one at once, without a read; each call's
+view reads again and waits on if nothing changed after all (a late message).
+Otherwise (any other message, a call that registers, and every
+``SAFETY_SECONDS`` whatever happens) it reads the state of all watched proposals in a single query, on
 one thread with one database connection, and wakes the calls whose proposal
 changed. A thousand waiting agents cost one query per change and no database
 connection each (PostgreSQL's default allows 100), and a decision reaches its
@@ -18,15 +21,17 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import time
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, connections
 
+from console.handler import WAITS_OFF_THREAD
 from executions.broadcast import PROPOSALS_GROUP
 from executions.choices import TERMINAL
 
@@ -38,6 +43,7 @@ SAFETY_SECONDS = 1.0  # a read even without a message: broadcasts are at-most-on
 ENDED = (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED)
 
 Fingerprint = tuple  # (status, approvals, execution id, execution status)
+_FINGERPRINT = ("status", "approvals", "execution_id", "execution_status")  # message fields
 
 
 def fingerprint_of(data: dict) -> Fingerprint:
@@ -103,24 +109,50 @@ class ProposalWatcher:
         changes = _Changes()
         try:
             await changes.subscribe()
+            message = None  # the first pass reads
             while True:
                 self._kick.clear()
                 if not self._waiters:
                     break
-                try:
-                    current = await loop.run_in_executor(executor, _read, list(self._waiters))
-                except Exception:
-                    log.exception("watching proposals for long-polls failed; retrying")
-                    current = {}
-                self._wake(current)
-                await changes.next(self._kick, self.interval)
+                if not self._wake_named(message):
+                    try:
+                        current = await loop.run_in_executor(executor, _read, list(self._waiters))
+                    except Exception:
+                        log.exception("watching proposals for long-polls failed; retrying")
+                        current = {}
+                    self._wake(current)
+                message = await changes.next(self._kick, self.interval)
         finally:
             # Before any await: a waiter that registers from now on starts a new watcher.
             if self._task is asyncio.current_task():
                 self._task = None
             await changes.unsubscribe()
-            await loop.run_in_executor(executor, _close_connection)
+            # Looked up on the watcher's thread: it closes that thread's connection.
+            await loop.run_in_executor(executor, connections.close_all)
             executor.shutdown(wait=False)
+
+    def _wake_named(self, message: dict | None) -> bool:
+        """Wake the calls that ``message`` says saw an old state; False: read to know."""
+        if not isinstance(message, dict):
+            return False
+        kind = message.get("type")
+        if kind == "proposal.changed" and all(field in message for field in _FINGERPRINT):
+            now = tuple(message[field] for field in _FINGERPRINT)
+            waiting = self._waiters.get(message["proposal_id"], {})
+            woken = [future for future, seen in waiting.items() if seen != now]
+        elif kind == "execution.changed" and {"execution_id", "status"} <= message.keys():
+            woken = [
+                future
+                for waiting in self._waiters.values()
+                for future, seen in waiting.items()
+                if seen[2] == message["execution_id"] and seen[3] != message["status"]
+            ]
+        else:
+            return False
+        for future in woken:
+            if not future.done():
+                future.set_result(None)
+        return True
 
     def _wake(self, current: dict[int, Fingerprint]) -> None:
         for pk, waiting in self._waiters.items():
@@ -150,8 +182,8 @@ class _Changes:
             log.exception("long-polls cannot listen to the channel layer; reading on a timer")
             self.channel = None
 
-    async def next(self, kick: asyncio.Event, timeout: float) -> None:
-        """Return on a broadcast change, a kick, or after ``timeout`` seconds."""
+    async def next(self, kick: asyncio.Event, timeout: float) -> dict | None:
+        """The message of a broadcast change; None on a kick or after ``timeout`` seconds."""
         waits = [asyncio.ensure_future(kick.wait())]
         if self.channel is not None:
             if self._receiving is None or self._receiving.done():
@@ -160,8 +192,12 @@ class _Changes:
         done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         waits[0].cancel()
         received = self._receiving
-        if received in done and not received.cancelled() and received.exception() is not None:
+        if received not in done or received.cancelled():
+            return None
+        if received.exception() is not None:
             log.warning("channel layer receive failed: %s", received.exception())
+            return None
+        return received.result()
 
     async def unsubscribe(self) -> None:
         if self._receiving is not None:
@@ -169,11 +205,6 @@ class _Changes:
         if self.channel is not None:
             with contextlib.suppress(Exception):
                 await self.layer.group_discard(PROPOSALS_GROUP, self.channel)
-
-
-def _close_connection() -> None:
-    # Looked up here, on the watcher's thread: the connection is per thread.
-    connection.close()
 
 
 def _read(ids: list[int]) -> dict[int, Fingerprint]:
@@ -199,27 +230,41 @@ def watcher() -> ProposalWatcher:
 
 
 def long_poll(view):
-    """Wrap the sync proposal-read view: with ``?wait=N`` hold its answer until a change.
+    """Wrap the proposal-read view: with ``?wait=N`` hold its answer until a change.
 
-    The view authenticates, validates ``wait`` and serializes; the wrapper
-    releases the view's database connection while it waits, then reads again.
+    The view authenticates, validates ``wait`` and serializes. Under Airlock's
+    ASGI handler the call then waits without a thread or a connection: the
+    response carries ``long_poll``, which the handler awaits before it asks
+    the view again. On a plain thread (WSGI, the test client) it waits there.
+    A wake is a hint: the view's own read decides whether the proposal
+    changed, and if it did not the call waits out what is left of its time.
     """
-    read = sync_to_async(view)
 
-    async def waiting_view(request, *args, **kwargs):
-        response = await read(request, *args, **kwargs)
+    def waiting_view(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
         if request.method not in ("GET", "HEAD") or response.status_code != 200:
             return response
-        wait = float(request.GET.get("wait") or 0)  # the view answered 400 to a bad one
-        if not wait:
+        now = fingerprint_of(response.data)
+        if getattr(request, "_long_poll", None) is None:
+            wait = float(request.GET.get("wait") or 0)  # the view answered 400 to a bad one
+            if not wait or settled(now):
+                return response
+            request._long_poll = (now, time.monotonic() + wait)
+        seen, deadline = request._long_poll
+        left = deadline - time.monotonic()
+        if now != seen or left <= 0:
             return response
-        seen = fingerprint_of(response.data)
-        if settled(seen):
+
+        async def long_poll() -> bool:
+            return await watcher().wait_for_change(kwargs["pk"], seen, left)
+
+        if getattr(request, WAITS_OFF_THREAD, False):
+            response.long_poll = long_poll
             return response
-        await sync_to_async(_release)()
-        if not await watcher().wait_for_change(kwargs["pk"], seen, wait):
+        _release()  # this thread waits: its connection need not
+        if not async_to_sync(long_poll)():
             return response
-        return await read(request, *args, **kwargs)
+        return waiting_view(request, *args, **kwargs)
 
     # What drf-spectacular and DRF's tooling read off a view.
     waiting_view.cls = view.cls

@@ -4,10 +4,16 @@ Two layers: DRF's exception handler shapes what views raise, and
 ``api_error_middleware`` shapes everything that happens outside a view under
 ``/api/`` (a body over the size limit, too many fields, a bad Host header, an
 unknown route, Django's own error pages in DEBUG).
+
+The database being away (restarting, unreachable, no pooled connection in
+time) is no fault of the client's: a 503 ``service_unavailable`` with
+Retry-After. Nothing was written (a failed transaction rolls back), and the
+pool replaces broken connections, so the next call after it returns works.
 """
 
 from __future__ import annotations
 
+import logging
 from http import HTTPStatus
 
 from asgiref.sync import iscoroutinefunction
@@ -19,12 +25,18 @@ from django.core.exceptions import (
     TooManyFieldsSent,
     TooManyFilesSent,
 )
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
+log = logging.getLogger(__name__)
+
 API_PREFIX = "/api/"
+# What Django raises when the database cannot be reached or drops the connection.
+DATABASE_AWAY = (OperationalError, InterfaceError)
+RETRY_AFTER_SECONDS = 5
 
 TYPES = {
     exceptions.ParseError: "parse_error",
@@ -68,7 +80,21 @@ def error_body(error_type: str, message: str, details=None) -> dict:
     return {"error": body}
 
 
+def database_unavailable(exc: Exception) -> JsonResponse:
+    """The 503 for a call that failed because the database is away."""
+    log.warning("database unavailable: %s", str(exc).strip() or type(exc).__name__)
+    response = json_error(
+        503,
+        "service_unavailable",
+        "the database is unavailable; nothing was changed, retry shortly",
+    )
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 def exception_handler(exc, context):
+    if isinstance(exc, DATABASE_AWAY):
+        return database_unavailable(exc)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")
     response = drf_exception_handler(exc, context)
@@ -89,7 +115,7 @@ def json_error(status_code: int, error_type: str, message: str) -> JsonResponse:
 
 def get_or_404(queryset, pk: int, noun: str):
     """The object, or a 404 that names what was looked for."""
-    found = queryset.filter(pk=pk).first()
+    found = next(iter(queryset.filter(pk=pk).order_by()[:1]), None)  # unique: no ORDER BY
     if found is None:
         raise ApiError(404, "not_found", f"{noun} {pk} does not exist or is not visible to you")
     return found
@@ -144,7 +170,10 @@ def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     elif status >= 500:
         message = "internal error; it has been logged"
     else:
-        message = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "error"
+        try:
+            message = HTTPStatus(status).phrase
+        except ValueError:  # a status http.HTTPStatus does not name
+            message = "error"
     error_type = TYPE_FOR_STATUS.get(status, "server_error" if status >= 500 else "error")
     converted = json_error(status, error_type, message)
     for header in ("Allow", "Retry-After", "WWW-Authenticate"):
@@ -153,9 +182,22 @@ def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     return converted
 
 
+def _database_away(request: HttpRequest, exception: Exception) -> JsonResponse | None:
+    """Django's ``process_exception`` hook: a view outside DRF that lost the database."""
+    if request.path.startswith(API_PREFIX) and isinstance(exception, DATABASE_AWAY):
+        return database_unavailable(exception)
+    return None
+
+
 @sync_and_async_middleware
 def api_error_middleware(get_response):
     """Under /api/, refusals and error pages from outside the views answer in the JSON shape."""
+    middleware = _api_error_middleware(get_response)
+    middleware.process_exception = _database_away
+    return middleware
+
+
+def _api_error_middleware(get_response):
     if iscoroutinefunction(get_response):
 
         async def middleware(request):

@@ -81,8 +81,10 @@ class Transport(filesystem.Transport):
                 waited = monotonic() - started
                 if timeout is not None and waited >= timeout:
                     raise TimeoutError() from None
-                rest = self.polling_interval if timeout is None else timeout - waited
-                bell.wait(min(self.polling_interval, rest))
+                wait = self.polling_interval
+                if timeout is not None:
+                    wait = min(wait, timeout - waited)
+                bell.wait(wait)
 
     def _bell(self) -> doorbell.Bell:
         # Made before the first look at the folder: a message written after

@@ -1,11 +1,13 @@
 """A channel layer for the embedded deployment: processes that share only the database.
 
 Delivery inside a process is the in-memory layer's. A ``group_send`` is also
-written to a table and rings the ``layer`` doorbell; each web process with
-members in some group reads the table for messages other processes sent as
-soon as it is rung, and every ``poll_interval`` seconds whatever happens (the
-safety net). It is at-most-once like every channel layer: consumers catch up
-from the database. The scale deployment uses channels-redis instead.
+written to a table and, once committed, rings the ``layer`` doorbell with the
+message as the ring's note. Each web process with members in some group
+delivers what the notes carry when they continue its sequence of row ids,
+and reads the table instead when one is missing (a gap, a note too long for a
+datagram), and every ``poll_interval`` seconds whatever happens (the safety
+net). It is at-most-once like every channel layer: consumers catch up from
+the database. The scale deployment uses channels-redis instead.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connections, transaction
 
 from . import doorbell
 
@@ -60,16 +62,33 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
             return True
         return False
 
+    def group_send_in_transaction(self, group: str, message: dict) -> None:
+        """Write the message with the caller's transaction: delivered if it commits."""
+        self._store(group, message, "")
+
     def _store(self, group: str, message: dict, origin: str) -> None:
         from .models import LayerMessage
 
-        LayerMessage.objects.create(group=group, origin=origin, payload=json.dumps(message))
+        payload = json.dumps(message)
+        row = LayerMessage.objects.create(group=group, origin=origin, payload=payload)
         self._cleanup()  # by writers: the pollers only read, and never wait for a lock
         # Inside a transaction the row is not there for other connections yet:
         # ring once it is, or the poller reads too early and waits a whole interval.
-        transaction.on_commit(lambda: doorbell.ring(TOPIC))
+        note = f"{row.pk}\n{group}\n{origin}\n{payload}".encode()
+        transaction.on_commit(lambda: doorbell.ring(TOPIC, note))
 
     async def group_add(self, group: str, channel: str) -> None:
+        if self._last_id is None:
+            # Where this process starts reading, fixed before the caller goes
+            # on: what it reads next covers what came before, the poller what
+            # comes after. (Fixed at the poller's first read instead, a message
+            # written in between, such as an execution's last status, was lost.)
+            # Read before joining: a caller cancelled here leaves no member behind.
+            # On a thread of its own: the caller's may be inside a transaction,
+            # whose connection database_sync_to_async would close.
+            newest = await asyncio.to_thread(self._newest_id_on_a_thread)
+            if self._last_id is None:
+                self._last_id = newest
         await super().group_add(group, channel)
         self._ensure_poller()
 
@@ -86,28 +105,63 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
         # Its own thread, so its own database connection.
         reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="layer-poller")
         bell = doorbell.Bell(TOPIC)  # listening before the first read: no ring is missed
+        notes: list[bytes] = []  # none at first: read the table
         try:
             while self.groups:
                 try:
-                    for group, message in await loop.run_in_executor(reader, self._fetch):
+                    messages, complete = self._from_notes(notes)
+                    if not complete:
+                        messages += await loop.run_in_executor(reader, self._fetch)
+                    for group, message in messages:
                         if group in self.groups:
                             await super().group_send(group, message)
                 except Exception:  # a failed poll must not end live updates for good
                     log.exception("channel layer poll failed")
-                await bell.wait_async(self.poll_interval)
+                notes = await bell.notes(self.poll_interval)
         finally:
+            # Before any await: a member that joins from now on starts a new
+            # poller (while this one winds down, it would find one not done).
+            if self._poller is asyncio.current_task():
+                self._poller = None
             bell.close()
-            await loop.run_in_executor(reader, close_old_connection)
+            await loop.run_in_executor(reader, connections.close_all)  # the reader's own
             reader.shutdown(wait=False)
+
+    def _from_notes(self, notes: list[bytes]) -> tuple[list[tuple[str, dict]], bool]:
+        """The messages the notes carry that continue this process's sequence of
+        row ids, and whether that is all (False: a gap, a bare ring, or no ring
+        at all: then the table has the rest).
+        """
+        if not notes or self._last_id is None:
+            return [], False
+        rows = []
+        for note in notes:
+            if note == doorbell.RING:
+                return self._take(rows), False
+            pk, group, origin, payload = note.decode().split("\n", 3)
+            rows.append((int(pk), group, origin, payload))
+        taken = self._take(rows)
+        return taken, self._last_id >= max(row[0] for row in rows)
+
+    def _take(self, rows: list[tuple[int, str, str, str]]) -> list[tuple[str, dict]]:
+        """Advance through ``rows`` while their ids follow on; stop at a gap."""
+        taken = []
+        for pk, group, origin, payload in sorted(rows):
+            if pk <= self._last_id:
+                continue  # already read from the table
+            if pk != self._last_id + 1:
+                break
+            self._last_id = pk
+            if origin != self.origin:
+                taken.append((group, json.loads(payload)))
+        return taken
 
     def _fetch(self) -> list[tuple[str, dict]]:
         from .models import LayerMessage
 
         close_old_connections()  # one the database dropped is replaced, not reused
         if self._last_id is None:
-            self._last_id = (
-                LayerMessage.objects.order_by("-id").values_list("id", flat=True).first() or 0
-            )
+            self._last_id = self._newest_id()
         rows = list(
             LayerMessage.objects.filter(id__gt=self._last_id)
             .order_by("id")
@@ -120,6 +174,19 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
             for _, group, origin, payload in rows
             if origin != self.origin
         ]
+
+    @classmethod
+    def _newest_id_on_a_thread(cls) -> int:
+        try:
+            return cls._newest_id()
+        finally:
+            connections.close_all()  # this thread's, which nothing else will close
+
+    @staticmethod
+    def _newest_id() -> int:
+        from .models import LayerMessage
+
+        return LayerMessage.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
     def _cleanup(self) -> None:
         from django.utils import timezone
@@ -135,8 +202,3 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
     async def flush(self) -> None:
         await super().flush()
         self._last_id = None
-
-
-def close_old_connection() -> None:
-    """Close the calling thread's connection (the poller's, on its own thread)."""
-    connection.close()

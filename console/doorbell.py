@@ -8,7 +8,9 @@ empty file in ``DATA_DIR/bells/<topic>/``. Whoever writes a message rings the
 topic: one datagram to every registered listener. A listener waits on its
 socket with a timeout, and a slow poll stays as the safety net: a ring that
 is lost (a full socket buffer, a listener that registered late) costs at
-most one poll interval, never a message.
+most one poll interval, never a message. A ring may carry a short note (the
+channel layer sends the message itself, so a listener need not read the
+table for it); a note too long for one datagram goes as a bare ring.
 
 The registry lives in the data dir (0700), so only Airlock's own user rings;
 a stale registration (a process that died) is removed by the next ring that
@@ -31,6 +33,8 @@ from pathlib import Path
 from django.conf import settings
 
 _counter = itertools.count()
+RING = b"!"  # a ring without a note
+MAX_NOTE = 60 * 1024  # a datagram the default socket buffers hold a few of
 
 
 def _folder(topic: str) -> Path:
@@ -43,8 +47,10 @@ def _address(name: str) -> bytes:
     return f"\0airlock-{digest}-{name}".encode()
 
 
-def ring(topic: str) -> None:
+def ring(topic: str, note: bytes = RING) -> None:
     """Wake every process listening on ``topic`` (best effort, never raises)."""
+    if len(note) > MAX_NOTE:
+        note = RING
     folder = _folder(topic)
     try:
         names = os.listdir(folder)
@@ -56,7 +62,7 @@ def ring(topic: str) -> None:
         sender.setblocking(False)
         for name in names:
             try:
-                sender.sendto(b"!", _address(f"{topic}-{name}"))
+                sender.sendto(note, _address(f"{topic}-{name}"))
             except BlockingIOError:
                 pass  # its buffer is full of rings it has not read: it is awake anyway
             except (ConnectionRefusedError, FileNotFoundError):
@@ -86,14 +92,14 @@ class Bell:
     def fileno(self) -> int:
         return self._socket.fileno()
 
-    def _drain(self) -> bool:
-        rang = False
+    def _drain(self) -> list[bytes]:
+        """The notes of every ring queued so far (``RING`` for a bare one)."""
+        notes = []
         while True:
             try:
-                self._socket.recv(64)
-                rang = True
-            except (BlockingIOError, OSError):
-                return rang
+                notes.append(self._socket.recv(MAX_NOTE + 1))
+            except OSError:  # BlockingIOError: nothing more queued
+                return notes
 
     def wait(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds; True if rung (rings queued since are consumed)."""
@@ -101,22 +107,27 @@ class Bell:
             if self._drain():
                 return True
             ready, _, _ = select.select([self._socket], [], [], max(timeout, 0))
-            return bool(ready) and self._drain()
+            return bool(ready) and bool(self._drain())
 
     async def wait_async(self, timeout: float) -> bool:
         """``wait`` for the running event loop."""
-        if self._drain():
-            return True
+        return bool(await self.notes(timeout))
+
+    async def notes(self, timeout: float) -> list[bytes]:
+        """Wait up to ``timeout`` seconds for rings; the notes they carried (none: not rung)."""
+        notes = self._drain()
+        if notes:
+            return notes
         loop = asyncio.get_running_loop()
         rung = loop.create_future()
         loop.add_reader(self._socket, lambda: rung.done() or rung.set_result(True))
         try:
             await asyncio.wait_for(rung, timeout)
         except TimeoutError:
-            return False
+            return []
         finally:
             loop.remove_reader(self._socket)
-        return self._drain() or True
+        return self._drain() or [RING]
 
     def close(self) -> None:
         """Stop listening (a forked child leaves its parent's registration alone)."""

@@ -1,4 +1,4 @@
-"""/healthz and /metrics: what an operator's probes and Prometheus read."""
+"""/livez, /healthz and /metrics: what an operator's probes and Prometheus read."""
 
 from __future__ import annotations
 
@@ -18,6 +18,15 @@ from console.api_errors import error_body
 from executions.choices import ExecutionStatus
 from executions.models import Execution
 from executions.sandboxes.status import sandbox_status
+
+
+def livez(request):
+    """The process answers: a load balancer's liveness probe (no database, no sandbox).
+
+    Nothing here but Django's request cycle, so it is also the floor the API
+    benchmark measures reads against.
+    """
+    return JsonResponse({"status": "alive"})
 
 
 def healthz(request):

@@ -81,15 +81,21 @@ def secret_key_file(data_dir: Path) -> str:
 
 
 LEGACY_DEVELOPMENT_KEY = "airlock-development-key-change-me"
-DEBUG = env_bool("DEBUG", True)
+# Off unless asked for: the embedded deployment is what people run, and a debug
+# page shows a stranger the code and settings (it also records every query).
+DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = [h.strip() for h in env("ALLOWED_HOSTS", "*").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
 DATA_DIR = Path(env("AIRLOCK_DATA_DIR", str(BASE_DIR / "var")))
-# Without SECRET_KEY a development install keeps a key of its own in the data
-# dir; with DEBUG off (several hosts must share one) it has to be given.
-SECRET_KEY = env("SECRET_KEY") or (secret_key_file(DATA_DIR) if DEBUG else "")
+# Without SECRET_KEY an embedded install keeps a key of its own in the data
+# dir; the scale deployment (DATABASE_URL) has several hosts that must share one.
+SECRET_KEY = env("SECRET_KEY") or (
+    secret_key_file(DATA_DIR) if DEBUG or not env("DATABASE_URL") else ""
+)
 if not SECRET_KEY:
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set with DATABASE_URL: every host of a deployment signs with it"
+    )
 SITE_URL = env("SITE_URL", "http://localhost:8000").rstrip("/")
 WORKER_HOSTNAME = env("WORKER_HOSTNAME", socket.gethostname())
 # When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`.
@@ -162,10 +168,14 @@ if DATABASE_URL:
             "max_size": env_int("DB_POOL_SIZE", 20, minimum=1),
             "timeout": env_int("DB_POOL_TIMEOUT", 30, minimum=1),
         }
+        # With a pool Django checks each connection as it leaves the pool
+        # (psycopg's check_connection): after PostgreSQL restarts, dead ones are
+        # replaced instead of failing a request each.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "console.sqlite",  # Django's, with writers queued (see there)
             "NAME": env("SQLITE_PATH", str(DATA_DIR / "airlock.sqlite3")),
             "OPTIONS": {
                 "timeout": 30,
@@ -175,6 +185,8 @@ else:
                 ),
             },
             "TEST": {"NAME": env("SQLITE_TEST_PATH", str(DATA_DIR / "test.sqlite3"))},
+            # A thread keeps its connection (opening one costs more than a read).
+            "CONN_MAX_AGE": env_int("CONN_MAX_AGE", 600, minimum=0),
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -223,12 +235,22 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env_int("WORKER_CONCURRENCY", 8, minimum=1, maximum=256)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# An enqueue happens after its transaction committed, in the request that approved:
+# with the broker away it gives up within seconds (the sweeper enqueues the run
+# later) instead of holding the request in Celery's retries.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 0.5,
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "console:queue"
+LOGIN_REDIRECT_URL = "console:home"  # the overview for admins, the queue for reviewers
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -244,6 +266,19 @@ WHITENOISE_USE_FINDERS = True
 
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "airlock@localhost")
+# The SMTP backend's server (EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend).
+EMAIL_HOST = env("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+
+# Slack: review requests posted by a bot, decided with its buttons (see the README).
+SLACK_BOT_TOKEN = env("SLACK_BOT_TOKEN")
+SLACK_SIGNING_SECRET = env("SLACK_SIGNING_SECRET")
+SLACK_API_URL = env("SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/"
+SLACK_TIMEOUT_SECONDS = env_int("SLACK_TIMEOUT_SECONDS", 5, minimum=1, maximum=60)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -253,6 +288,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "console.negotiation.JSONFirstNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "console.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -281,7 +317,12 @@ WORKER_LOST_AFTER_SECONDS = env_int("WORKER_LOST_AFTER_SECONDS", 30, minimum=2)
 SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 15, minimum=1)
 REQUEUE_AFTER_SECONDS = env_int("REQUEUE_AFTER_SECONDS", 30, minimum=1)
 LONG_POLL_MAX_SECONDS = env_int("LONG_POLL_MAX_SECONDS", 60, minimum=1)
+# How long an MCP tool call waits for its decision and its run when the agent does not say.
+MCP_WAIT_SECONDS = env_int("MCP_WAIT_SECONDS", 50, minimum=0, maximum=3600)
 HOST_ACTIONS_SYSTEMCTL = env("HOST_ACTIONS_SYSTEMCTL", "systemctl")
+# The host a host action acts on when it names none: the console's own (embedded,
+# where web and worker share it). Set empty where there are several: then it must name one.
+HOST_ACTIONS_DEFAULT_HOST = env("HOST_ACTIONS_DEFAULT_HOST", WORKER_HOSTNAME)
 
 # Policy helpers: an optional LLM pre-validator (OpenAI-compatible chat completions).
 PREVALIDATOR_URL = env("PREVALIDATOR_URL")
@@ -298,5 +339,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        # The MCP SDK logs the end of every stateless request at INFO.
+        "mcp.server.streamable_http": {"level": "WARNING"},
+    },
 }

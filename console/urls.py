@@ -13,6 +13,8 @@ api_patterns = [
 
 urlpatterns = [
     path("api/v1/", include(api_patterns)),
+    path("slack/", include("approvals.slack.urls")),
+    path("livez", health.livez, name="livez"),
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),

@@ -9,6 +9,9 @@ last seq it saw gets the rest with no gap and no duplicate.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -18,7 +21,10 @@ from .broadcast import execution_group
 from .models import Execution
 from .services import status_message
 
+log = logging.getLogger(__name__)
+
 PAGE = 500
+SAFETY_SECONDS = 5.0
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
@@ -28,6 +34,11 @@ CLOSE_BAD_REQUEST = 4400
 class ExecutionOutputConsumer(AsyncJsonWebsocketConsumer):
     last_seq = 0
     finished = False
+    _safety: asyncio.Task | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._sending = asyncio.Lock()  # the safety read and live messages take turns
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -47,23 +58,38 @@ class ExecutionOutputConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.catch_up()
+        if not self.finished:
+            self._safety = asyncio.create_task(self._read_now_and_then())
 
     async def disconnect(self, code: int) -> None:
+        if self._safety is not None:
+            self._safety.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._safety
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def _read_now_and_then(self) -> None:
+        while not self.finished:
+            await asyncio.sleep(SAFETY_SECONDS)
+            try:
+                await self.catch_up()
+            except Exception:  # the next read may work; live messages go on meanwhile
+                log.exception("safety read of execution %s failed", self.execution_id)
 
     async def receive_json(self, content, **kwargs) -> None:
         pass  # the stream is one-way; cancel goes through the API or the console
 
     async def output_chunks(self, event: dict) -> None:
-        chunks = [c for c in event["chunks"] if c["seq"] > self.last_seq]
-        if self.finished or not chunks:
-            return
-        if chunks[0]["seq"] != self.last_seq + 1:
-            await self.catch_up()  # a gap: the database has everything
-            return
-        for chunk in chunks:
-            await self._send_chunk(chunk)
+        async with self._sending:
+            chunks = [c for c in event["chunks"] if c["seq"] > self.last_seq]
+            if self.finished or not chunks:
+                return
+            if chunks[0]["seq"] == self.last_seq + 1:
+                for chunk in chunks:
+                    await self._send_chunk(chunk)
+                return
+        await self.catch_up()  # a gap: the database has everything
 
     async def execution_status(self, event: dict) -> None:
         if self.finished:
@@ -74,17 +100,18 @@ class ExecutionOutputConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "status", **_public(event)})
 
     async def catch_up(self) -> None:
-        while not self.finished:
-            status, chunks = await self._read(self.last_seq)
-            for chunk in chunks:
-                await self._send_chunk(chunk)
-            if len(chunks) == PAGE:
-                continue
-            if status["terminal"]:
-                self.finished = True
-                await self.send_json({"type": "status", **status})
-                await self.close()
-            return
+        async with self._sending:
+            while not self.finished:
+                status, chunks = await self._read(self.last_seq)
+                for chunk in chunks:
+                    await self._send_chunk(chunk)
+                if len(chunks) == PAGE:
+                    continue
+                if status["terminal"]:
+                    self.finished = True
+                    await self.send_json({"type": "status", **status})
+                    await self.close()
+                return
 
     async def _send_chunk(self, chunk: dict) -> None:
         await self.send_json({"type": "chunk", **chunk})

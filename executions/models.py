@@ -83,6 +83,13 @@ class Execution(models.Model):
     def can_cancel(self) -> bool:
         return self.status in ACTIVE
 
+    @property
+    def waiting_for_host(self) -> str | None:
+        """The host whose worker this queued host action waits for (no other host takes it)."""
+        if self.status == ExecutionStatus.QUEUED and self.queue.startswith("host."):
+            return self.queue.removeprefix("host.")
+        return None
+
     def output_text(self, stream: str) -> str:
         return "".join(
             self.chunks.filter(stream=stream).order_by("seq").values_list("data", flat=True)

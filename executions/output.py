@@ -1,13 +1,14 @@
-"""Recording an execution's output: sequence, persist in batches, then broadcast."""
+"""Recording an execution's output: sequence, persist in batches, broadcast on commit."""
 
 from __future__ import annotations
 
 import threading
+from time import monotonic
 
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 
-from .broadcast import broadcast, execution_group
+from .broadcast import broadcast_on_commit, execution_group
 from .models import Execution, OutputChunk
 from .sandboxes.base import OutputSink
 
@@ -20,8 +21,10 @@ class ExecutionRecorder(OutputSink):
     """An output sink that buffers briefly, bulk-inserts chunks, then broadcasts them.
 
     ``emit`` only appends to a buffer (it runs on the sandbox's reader
-    threads); a flusher thread writes every ``FLUSH_INTERVAL_SECONDS`` or
-    when ``FLUSH_BYTES`` are waiting, so slow storage never blocks a pipe.
+    threads); a flusher thread writes, so slow storage never blocks a pipe.
+    Output after a quiet spell is written at once (a first line reaches the
+    browser without waiting); while output keeps coming, writes are at most
+    one per ``FLUSH_INTERVAL_SECONDS``, sooner once ``FLUSH_BYTES`` wait.
     """
 
     def __init__(self, execution_id: int, cap_bytes: int, start_seq: int = 0):
@@ -44,8 +47,9 @@ class ExecutionRecorder(OutputSink):
                 last[1] += text
             else:
                 self._pending.append([stream, text])
+            was_empty = self._pending_chars == 0
             self._pending_chars += len(text)
-            if self._pending_chars >= FLUSH_BYTES:
+            if was_empty or self._pending_chars >= FLUSH_BYTES:
                 self._wake.notify()
 
     def finish(self) -> None:
@@ -56,22 +60,25 @@ class ExecutionRecorder(OutputSink):
             self._wake.notify()
         self._thread.join()
 
-    def _take(self) -> list[list[str]]:
-        with self._wake:
-            batch, self._pending, self._pending_chars = self._pending, [], 0
-            return batch
-
     def _run(self) -> None:
+        written_at = float("-inf")
         try:
             while True:
                 with self._wake:
-                    if not self._stopping and self._pending_chars < FLUSH_BYTES:
-                        self._wake.wait(FLUSH_INTERVAL_SECONDS)
+                    while not self._stopping and self._pending_chars < FLUSH_BYTES:
+                        if not self._pending:
+                            self._wake.wait()  # quiet: until the next emit
+                            continue
+                        due = written_at + FLUSH_INTERVAL_SECONDS - monotonic()
+                        if due <= 0:
+                            break
+                        self._wake.wait(due)
                     stopping = self._stopping
-                batch = self._take()
+                    batch, self._pending, self._pending_chars = self._pending, [], 0
                 if batch:
                     self._write(batch)
-                if stopping and not self._pending:
+                    written_at = monotonic()
+                if stopping:
                     return
         finally:
             connection.close()
@@ -84,12 +91,13 @@ class ExecutionRecorder(OutputSink):
             chunks.append(
                 OutputChunk(execution_id=self.execution_id, seq=self.seq, stream=stream, data=text)
             )
-        OutputChunk.objects.bulk_create(chunks)
-        Execution.objects.filter(pk=self.execution_id).update(
-            last_seq=self.seq,
-            output_bytes=F("output_bytes") + sum(len(c.data.encode()) for c in chunks),
-        )
-        broadcast(
-            execution_group(self.execution_id),
-            {"type": "output.chunks", "chunks": [c.as_message() for c in chunks]},
-        )
+        with transaction.atomic():  # one write: the chunks, the counters, the message
+            OutputChunk.objects.bulk_create(chunks)
+            Execution.objects.filter(pk=self.execution_id).update(
+                last_seq=self.seq,
+                output_bytes=F("output_bytes") + sum(len(c.data.encode()) for c in chunks),
+            )
+            broadcast_on_commit(
+                execution_group(self.execution_id),
+                {"type": "output.chunks", "chunks": [c.as_message() for c in chunks]},
+            )

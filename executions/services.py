@@ -23,11 +23,12 @@ from audit.services import record
 
 from .actions import ActionContext, get_action
 from .actions.base import failed
-from .broadcast import broadcast, execution_group
+from .broadcast import PROPOSALS_GROUP, broadcast_on_commit, execution_group
 from .choices import TERMINAL, TRANSITIONS, ExecutionStatus
 from .models import Execution
 from .output import ExecutionRecorder
 from .sandboxes.base import Limits, RunOutcome
+from .signals import execution_ended
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,22 @@ def queue_for(action: str, parameters: dict | None = None) -> str:
         if routed:
             return routed
     if spec is not None and spec.host_bound:
-        return host_queue()
+        return host_queue((parameters or {}).get("host"))
     return settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 def host_queue(hostname: str | None = None) -> str:
     """The queue only the workers of one host consume."""
     return f"host.{hostname or settings.WORKER_HOSTNAME}"
+
+
+def elsewhere(execution: Execution, worker_host: str) -> str | None:
+    """The host a host action is for, when that is not ``worker_host``: it must not run here."""
+    spec = get_action(execution.action)
+    host = execution.parameters.get("host")
+    if spec is not None and spec.host_bound and host and host != worker_host:
+        return host
+    return None
 
 
 def create_execution(
@@ -68,7 +78,11 @@ def create_execution(
     capabilities_used: list[str],
     actor: str,
 ) -> Execution:
-    """Create the queued execution of an approval; call inside the approval's transaction."""
+    """Create the queued execution of an approval; call inside the approval's transaction.
+
+    Its first dispatch is recorded with the row and enqueued once the row is
+    committed; should the enqueue fail, the sweeper dispatches it again.
+    """
     execution = Execution.objects.create(
         action=action,
         parameters=parameters,
@@ -77,9 +91,11 @@ def create_execution(
         capabilities_used=capabilities_used,
         queue=queue_for(action, parameters),
         limits=limits_for(action, parameters).as_dict(),
+        dispatch_count=1,
+        dispatched_at=timezone.now(),
     )
     record(actor, "execution.queued", execution, action=action, queue=execution.queue)
-    transaction.on_commit(lambda: dispatch(execution.pk))
+    transaction.on_commit(lambda: enqueue(execution.pk, execution.queue))
     return execution
 
 
@@ -92,17 +108,22 @@ def limits_for(action: str, parameters: dict) -> Limits:
 
 
 def dispatch(execution_id: int) -> bool:
-    """Enqueue the run of a queued execution (the one place that enqueues)."""
-    from .tasks import run_execution
-
+    """Enqueue the run of an execution still queued again (the sweeper, a closed session)."""
     execution = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.QUEUED).first()
     if execution is None:
         return False
     Execution.objects.filter(pk=execution_id).update(
         dispatch_count=F("dispatch_count") + 1, dispatched_at=timezone.now()
     )
+    return enqueue(execution_id, execution.queue)
+
+
+def enqueue(execution_id: int, queue: str) -> bool:
+    """The one place that enqueues a run."""
+    from .tasks import run_execution
+
     try:
-        run_execution.apply_async(args=[execution_id], queue=execution.queue)
+        run_execution.apply_async(args=[execution_id], queue=queue)
     except Exception:
         # The sweeper re-dispatches it; the approval itself is already safe.
         log.exception("could not enqueue execution %s", execution_id)
@@ -119,11 +140,25 @@ def _transition(execution_id: int, source: ExecutionStatus, to: ExecutionStatus,
 
 
 def _announce(execution: Execution) -> None:
-    message = {"type": "execution.status", **status_message(execution)}
-    transaction.on_commit(lambda: broadcast(execution_group(execution.pk), message))
-    transaction.on_commit(
-        lambda: broadcast("proposals", {"type": "execution.changed", "execution_id": execution.pk})
+    # The proposals group first: long-polling agents wait on it.
+    broadcast_on_commit(
+        PROPOSALS_GROUP,
+        {"type": "execution.changed", "execution_id": execution.pk, "status": execution.status},
     )
+    message = {"type": "execution.status", **status_message(execution)}
+    broadcast_on_commit(execution_group(execution.pk), message)
+    if execution.is_terminal:
+        pk, status = execution.pk, execution.status
+        transaction.on_commit(lambda: _tell_ended(pk, status))
+
+
+def _tell_ended(execution_id: int, status: str) -> None:
+    # Robust: a receiver's failure must not fail the worker that finished the run.
+    for receiver, result in execution_ended.send_robust(
+        sender=Execution, execution_id=execution_id, status=status
+    ):
+        if isinstance(result, Exception):
+            log.error("%s failed for execution %s: %r", receiver, execution_id, result)
 
 
 def status_message(execution: Execution) -> dict:
@@ -139,22 +174,34 @@ def status_message(execution: Execution) -> dict:
 
 
 def claim(execution_id: int, worker_host: str) -> Execution | None:
-    """queued → running, for exactly one worker."""
+    """queued → running, for exactly one worker (of its host, for a host action)."""
+    # Read before the write transaction (whose lock every writer waits for):
+    # only the guarded update decides, and it fails if the row moved meanwhile.
+    execution = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.QUEUED).first()
+    if execution is None:
+        return None
+    if host := elsewhere(execution, worker_host):
+        # A worker consuming another host's queue: the action stays queued for its own host.
+        log.error(
+            "execution %s is for host %s, not %s: left queued", execution_id, host, worker_host
+        )
+        return None
     now = timezone.now()
+    fields = {"worker_host": worker_host, "started_at": now, "heartbeat_at": now}
     with transaction.atomic():
-        if not _transition(
-            execution_id,
-            ExecutionStatus.QUEUED,
-            ExecutionStatus.RUNNING,
-            worker_host=worker_host,
-            started_at=now,
-            heartbeat_at=now,
-        ):
+        if not _transition(execution_id, ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, **fields):
             return None
-        execution = Execution.objects.get(pk=execution_id)
+        _set(execution, ExecutionStatus.RUNNING, fields)
         record("system", "execution.running", execution, worker_host=worker_host)
         _announce(execution)
     return execution
+
+
+def _set(execution: Execution, status: ExecutionStatus, fields: dict) -> None:
+    """What a won transition wrote, on the object in hand (no second read)."""
+    execution.status = status
+    for name, value in fields.items():
+        setattr(execution, name, value)
 
 
 class Heartbeat(threading.Thread):
@@ -240,21 +287,22 @@ def outcome_status(outcome: RunOutcome) -> ExecutionStatus:
 def finish(execution: Execution, outcome: RunOutcome, recorder: ExecutionRecorder) -> Execution:
     """running → a terminal state, with the result contract."""
     status = outcome_status(outcome)
+    fields = {
+        "exit_code": outcome.exit_code,
+        "timed_out": outcome.timed_out,
+        "truncated": recorder.truncated,
+        "error": outcome.error or "",
+        "backend": outcome.backend,
+        "details": outcome.details,
+        "finished_at": timezone.now(),
+        "last_seq": recorder.seq,
+    }
     with transaction.atomic():
-        won = _transition(
-            execution.pk,
-            ExecutionStatus.RUNNING,
-            status,
-            exit_code=outcome.exit_code,
-            timed_out=outcome.timed_out,
-            truncated=recorder.truncated,
-            error=outcome.error or "",
-            backend=outcome.backend,
-            details=outcome.details,
-            finished_at=timezone.now(),
-            last_seq=recorder.seq,
-        )
-        execution.refresh_from_db()
+        won = _transition(execution.pk, ExecutionStatus.RUNNING, status, **fields)
+        if won:
+            _set(execution, status, fields)
+        else:
+            execution.refresh_from_db()
         if won:
             record(
                 "system",

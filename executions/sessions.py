@@ -73,6 +73,16 @@ class SessionUnavailable(Exception):
     """The session cannot take an execute; the message says why and what to do."""
 
 
+def start(owner: str, language: str) -> SandboxSession:
+    """Create a session and ask a worker to open its interpreter (``starting`` until it has)."""
+    from .tasks import open_session as open_session_task
+
+    session = SandboxSession.objects.create(owner=owner, language=language)
+    record(owner, "sandbox_session.created", session, language=language)
+    open_session_task.apply_async(args=[session.pk], queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    return session
+
+
 def open_session(session_id: int) -> SandboxSession:
     """On a worker: start the interpreter and pin the session to this worker process's queue."""
     session = SandboxSession.objects.get(pk=session_id)

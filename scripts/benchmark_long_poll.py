@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,51 +24,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.serving import Server, start_server  # noqa: E402
+from scripts.benchmarking import percentile  # noqa: E402
+from tests.serving import Server, reviewer_token, start_server  # noqa: E402
 
 PENDING_CODE = "import os\nprint(os.listdir('.'))"  # medium risk: waits for a reviewer
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / TICKS
 
 
-def web_pid(server: Server) -> int:
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == server.process.pid and b"daphne" in argv:
-            return int(entry)
-    raise RuntimeError("no daphne child of serve")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-
-
-def reviewer_token(data_dir: str) -> str:
-    env = {**os.environ, "AIRLOCK_DATA_DIR": data_dir}
-    for name in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
-        env.pop(name, None)
-    out = subprocess.run(
-        [sys.executable, "manage.py", "create_user_token", "reviewer"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.split()[-1]
-
-
-def measure(server: Server, reviewer: str, pid: int, waiters: int, reads: int) -> dict:
+def measure(server: Server, reviewer: str, pids: list[int], waiters: int, reads: int) -> dict:
     probe = server.propose_script(PENDING_CODE, reason="probe")
     pending = [server.propose_script(PENDING_CODE, reason=f"w{i}") for i in range(waiters)]
     answered: dict[int, float] = {}
@@ -87,7 +57,7 @@ def measure(server: Server, reviewer: str, pid: int, waiters: int, reads: int) -
     for thread in threads:
         thread.start()
     time.sleep(2)  # every call is in its wait
-    cpu_before, wall_before = cpu_seconds(pid), time.perf_counter()
+    cpu_before, wall_before = cpu_seconds(pids), time.perf_counter()
     latencies = []
     for _ in range(reads):
         started = time.perf_counter()
@@ -95,7 +65,7 @@ def measure(server: Server, reviewer: str, pid: int, waiters: int, reads: int) -
         assert status == 200
         latencies.append(time.perf_counter() - started)
         time.sleep(0.1)
-    cpu_share = (cpu_seconds(pid) - cpu_before) / (time.perf_counter() - wall_before)
+    cpu_share = (cpu_seconds(pids) - cpu_before) / (time.perf_counter() - wall_before)
     for proposal in pending:
         server.api("POST", f"/api/v1/proposals/{proposal['id']}/reject", {"comment": "x"}, reviewer)
         rejected[proposal["id"]] = time.perf_counter()
@@ -131,8 +101,10 @@ def main() -> None:
         server = start_server(Path(data_dir))
         try:
             reviewer = reviewer_token(data_dir)
-            pid = web_pid(server)
-            rows = [measure(server, reviewer, pid, n, args.reads) for n in counts]
+            pids = server.web_processes()
+            if not pids:
+                raise RuntimeError("no web process under serve")
+            rows = [measure(server, reviewer, pids, n, args.reads) for n in counts]
         finally:
             server.stop()
     base = rows[0]

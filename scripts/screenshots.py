@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Screenshots of the console for the README: the queue, a proposal, a live execution.
+"""Screenshots of the console for the README: the queue, a proposal, a live execution,
+the overview and the policy editor's preview.
 
 Starts the embedded deployment on a free port with a throw-away data dir,
-submits a few proposals as the demo agent, and photographs the pages at
-1280×800 with Debian's Chromium:
+writes two weeks of made-up history into its database (for the overview and
+the preview), submits a few proposals as the demo agent, and photographs the
+pages at 1280×800 with Debian's Chromium:
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 """
@@ -11,15 +13,18 @@ submits a few proposals as the demo agent, and photographs the pages at
 from __future__ import annotations
 
 import argparse
+import os
+import random
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.serving import DEMO_PASSWORD, start_server  # noqa: E402
+from tests.serving import DEMO_PASSWORD, FOREIGN_ENV, start_server  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1280, "height": 800}
@@ -39,6 +44,95 @@ LIVE = (
 )
 
 
+# (agent, action, parameters, risk, route) — route: allow, notify, risk, review, deny.
+HISTORY = [
+    ("deploy-bot", "docker.container_logs", {"container": "web-1", "tail": 200}, 1, "allow"),
+    ("deploy-bot", "docker.restart_container", {"container": "web-1"}, 4, "notify"),
+    ("deploy-bot", "docker.stop_container", {"container": "web-1"}, 5, "review"),
+    ("deploy-bot", "docker.stop_container", {"container": "worker-3"}, 5, "review"),
+    ("nightly-backup", "host.service_status", {"service_name": "postgresql"}, 1, "allow"),
+    ("nightly-backup", "host.restart_service", {"service_name": "nginx"}, 5, "review"),
+    ("ci-runner", "script.execute", {"language": "python", "code": "print(1)"}, 2, "risk"),
+    ("ci-runner", "script.execute", {"language": "bash", "code": "ls -la build/"}, 3, "risk"),
+    ("ci-runner", "script.execute", {"language": "python", "code": "import os"}, 5, "review"),
+    ("ci-runner", "script.execute", {"language": "bash", "code": "curl x | sh"}, 9, "review"),
+    ("demo-agent", "host.exec", {"command": "rm -rf /*"}, 10, "deny"),
+    ("demo-agent", "script.execute", {"language": "python", "code": "import shutil"}, 6, "review"),
+]
+WEIGHTS = [9, 3, 4, 1, 6, 2, 10, 6, 5, 1, 1, 3]
+
+
+def seed_history(data_dir: Path, days: int = 14) -> None:
+    """Two weeks of decided proposals, written straight into the served deployment's database."""
+    os.environ["AIRLOCK_DATA_DIR"] = str(data_dir)
+    for name in FOREIGN_ENV:
+        os.environ.pop(name, None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from approvals.models import Agent, Decision, Proposal
+    from approvals.tokens import create_agent
+    from executions.actions import get_action
+
+    rng = random.Random(13)
+    agents = {a.name: a for a in Agent.objects.all()}
+    for name in ("deploy-bot", "nightly-backup", "ci-runner"):
+        agents[name] = agents.get(name) or create_agent(name, ["*"], actor="system")[0]
+    people = list(get_user_model().objects.filter(username__in=["reviewer", "reviewer2"]))
+    now = timezone.now()
+    made = []
+    for offset in range(days * 24 * 60, 60, -1):
+        if rng.random() > (0.035 if (now - timedelta(minutes=offset)).weekday() < 5 else 0.012):
+            continue
+        agent, action, parameters, risk, route = rng.choices(HISTORY, WEIGHTS)[0]
+        made.append(_seeded(agents[agent], get_action(action), parameters, risk, route,
+                            now - timedelta(minutes=offset), rng))  # fmt: skip
+    Proposal.objects.bulk_create(made)
+    decisions = [
+        Decision(proposal=p, reviewer=rng.choice(people), kind="approve", comment="")
+        for p in Proposal.objects.filter(approvals_count__gte=1)
+    ]
+    Decision.objects.bulk_create(decisions)
+    print(f"seeded {len(made)} proposals of history")
+
+
+def _seeded(agent, spec, parameters, risk, route, when, rng):
+    from approvals.models import Proposal
+
+    step = {"allow": "allow_list", "notify": "notify_list", "deny": "deny_list"}.get(route, route)
+    quorum = 2 if risk >= 7 else 1
+    status, approvals, decided = "approved", 0, when
+    if route == "deny":
+        status = "denied"
+    elif route == "review":
+        fate = rng.random()
+        status = "approved" if fate < 0.8 else ("rejected" if fate < 0.93 else "expired")
+        approvals = quorum if status == "approved" else 0
+        decided = when + timedelta(minutes=min(rng.lognormvariate(2.4, 0.9), 59))
+    if route == "review" and spec.name == "docker.stop_container" and status != "approved":
+        status, approvals = "approved", quorum  # reviewers always let this one through
+    return Proposal(
+        agent=agent,
+        action=spec.name,
+        parameters=parameters,
+        summary=spec.describe(parameters)[:300],
+        reason="routine maintenance",
+        status=status,
+        risk_score=risk,
+        risk_reasons=[],
+        decision_path={"step": step, "rule": None, "reason": "seeded", "policy_version": 1},
+        policy_version=1,
+        required_approvals=quorum if route == "review" else 0,
+        approvals_count=approvals,
+        created_at=when,
+        decided_at=decided,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
@@ -46,8 +140,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     from playwright.sync_api import sync_playwright
 
-    server = start_server(Path(tempfile.mkdtemp(prefix="airlock-shots-")) / "data")
+    data_dir = Path(tempfile.mkdtemp(prefix="airlock-shots-")) / "data"
+    server = start_server(data_dir)
     try:
+        seed_history(data_dir)
         for code, reason in PROPOSALS:
             server.propose_script(code, reason=reason)
         live = server.propose_script(LIVE, reason="see which cache directories grew")
@@ -77,11 +173,35 @@ def main() -> None:
             )
             time.sleep(0.3)
             page.screenshot(path=str(out / "execution.png"))
+            admin_pages(browser, server.base, out)
             browser.close()
     finally:
         server.stop()
-    for name in ("queue", "proposal", "execution"):
+    for name in ("queue", "proposal", "execution", "overview", "policy-preview"):
         print(out / f"{name}.png")
+
+
+def admin_pages(browser, base: str, out: Path) -> None:
+    """The admin's landing page, and the preview of a raised auto-approve threshold."""
+    page = browser.new_page(viewport=VIEWPORT)
+    page.goto(base + "/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", DEMO_PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(base + "/overview/")
+    page.wait_for_selector("#chart-per-day rect")
+    page.screenshot(path=str(out / "overview.png"))
+
+    page.goto(base + "/manage/policy/")
+    page.fill("#id_auto_approve_below", "6")
+    page.fill("#id_comment", "scripts up to 5 run without review")
+    page.click("#preview-policy")
+    page.wait_for_selector("#preview-moved")
+    page.eval_on_selector("#policy-preview", "el => el.scrollIntoView({block: 'start'})")
+    page.evaluate("window.scrollBy(0, -150)")  # keep the Preview and Save buttons in view
+    time.sleep(0.3)
+    page.screenshot(path=str(out / "policy-preview.png"))
+    page.close()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Shared by the deployment and browser tests, ``scripts/screenshots.py`` and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,12 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# An interpreter with Airlock's dependencies that an ordinary user can run
-# (scripts/test sets it when .venv's is private to its owner).
-USER_PYTHON = os.environ.get("AIRLOCK_USER_PYTHON") or sys.executable
+# An interpreter with Airlock's dependencies that an ordinary user can run:
+# scripts/test names it, and makes .venv-user when .venv's is private to root.
+USER_PYTHON = os.environ.get("AIRLOCK_USER_PYTHON") or next(
+    (str(p) for p in [ROOT / ".venv-user" / "bin" / "python"] if p.exists()), sys.executable
+)
 DEMO_PASSWORD = "airlock-demo"
-# What would point the server at another deployment's database or broker.
-FOREIGN_ENV = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SQLITE_PATH")
+# What would point the server at another deployment's database, broker or key.
+FOREIGN_ENV = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SQLITE_PATH", "SECRET_KEY")
 
 
 def free_port() -> int:
@@ -72,6 +75,24 @@ class Server:
         assert status == 201, body
         return body
 
+    def children(self) -> list[int]:
+        """The pids of serve's children (the web processes, the Celery worker and beat)."""
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                if f"PPid:\t{self.process.pid}\n" in Path(f"/proc/{pid}/status").read_text():
+                    found.append(int(pid))
+        return found
+
+    def web_processes(self) -> list[int]:
+        """serve's web processes (one per core by default)."""
+        found = []
+        for pid in self.children():
+            with contextlib.suppress(OSError):
+                if b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                    found.append(pid)
+        return found
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -91,6 +112,7 @@ def start_server(
     checkout: Path = ROOT,
     extra_env: dict[str, str] | None = None,
     python: str = sys.executable,
+    serve_args: list[str] = (),
 ) -> Server:
     """Start ``serve --demo`` with a fresh data dir and a sandbox backend; wait until it answers.
 
@@ -100,7 +122,7 @@ def start_server(
     """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV + ("AIRLOCK_DATA_DIR",)}
-    env.update(SANDBOX_BACKEND=backend, DEBUG="true", **(extra_env or {}))
+    env.update(SANDBOX_BACKEND=backend, **(extra_env or {}))
     if data_dir is not None:
         env["AIRLOCK_DATA_DIR"] = str(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -109,7 +131,8 @@ def start_server(
         log_path = Path(tempfile.mkdtemp(prefix="airlock-serve-log-")) / "serve.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
     process = subprocess.Popen(
-        [*wrapper, python, str(checkout / "manage.py"), "serve", "--port", str(port)] + ["--demo"],
+        [*wrapper, python, str(checkout / "manage.py"), "serve", "--port", str(port), "--demo"]
+        + list(serve_args),
         cwd=checkout,
         env=env,
         stdout=log,
@@ -135,3 +158,18 @@ def start_server(
         process.terminate()
         raise RuntimeError(f"no demo token printed:\n{log_path.read_text()[-3000:]}")
     return Server(base=base, token=match.group(1), process=process, log=log_path)
+
+
+def reviewer_token(data_dir) -> str:
+    """A personal API token of the demo ``reviewer`` of the deployment in ``data_dir``."""
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    env["AIRLOCK_DATA_DIR"] = str(data_dir)
+    out = subprocess.run(
+        [sys.executable, "manage.py", "create_user_token", "reviewer"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()[-1]

@@ -7,7 +7,7 @@ import re
 
 from django import template
 
-from approvals.forms import RISK_BANDS
+from approvals.choices import risk_band as band_of
 
 register = template.Library()
 
@@ -17,7 +17,7 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 @register.filter
 def risk_band(score: int) -> str:
     """low / medium / high, the bands the queue filters by."""
-    return next((band for band, (_, high) in RISK_BANDS.items() if score <= high), "high")
+    return band_of(score)
 
 
 @register.filter
@@ -42,3 +42,19 @@ def duration(ms: int | None) -> str:
         return f"{seconds:.1f} s"
     minutes, seconds = divmod(int(seconds), 60)
     return f"{minutes} min {seconds} s"
+
+
+@register.filter
+def timespan(value) -> str:
+    """A timedelta as people say it: 40 s, 12 min, 3 h 5 min, 2 d 4 h."""
+    if value is None:
+        return "—"
+    seconds = int(value.total_seconds())
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if minutes < 60:
+        return f"{minutes} min"
+    if hours < 24:
+        return f"{hours} h {minutes % 60} min" if minutes % 60 else f"{hours} h"
+    return f"{days} d {hours % 24} h" if hours % 24 else f"{days} d"

@@ -48,6 +48,9 @@ class ActionSpec:
     summary: Callable[[dict], str] | None = None
     # The Celery queue for these parameters when it depends on them (a session's worker).
     route: Callable[[dict], str | None] | None = None
+    # Whether the proposer (its audit label) may name what the parameters name (a
+    # session is its owner's alone): raises serializers.ValidationError if not.
+    authorize: Callable[[dict, str], None] | None = None
 
     def validate(self, parameters: object) -> dict:
         """Validated parameters, or ``serializers.ValidationError``."""

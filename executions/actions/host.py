@@ -1,7 +1,9 @@
 """Host actions: systemd services, signalling processes, and ``host.exec``.
 
-They act on the machine the worker runs on, so they are ``host_bound`` (routed
-to the ``host.<hostname>`` queue). Nothing here ever goes through a shell:
+Each names the host it acts on (``host``; by default ``HOST_ACTIONS_DEFAULT_HOST``,
+the console's own host) and is ``host_bound``: routed to the ``host.<host>``
+queue, which only that host's workers consume, and refused by any other
+worker. Nothing here ever goes through a shell:
 every command is an argument list, run with a scrubbed environment in its own
 process group, its output handed to the sink as it is produced, and the whole
 group killed on timeout or cancel (and whatever it left running in that group
@@ -32,6 +34,9 @@ from .base import ActionContext, ActionSpec, Runner, failed
 BACKEND = "host"
 
 SERVICE_PATTERN = re.compile(r"\A[A-Za-z0-9_.@-]+\Z")
+# A host name: dot-separated labels of letters, digits, _ and - (not at a label's ends).
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+HOST_PATTERN = re.compile(rf"\A(?=.{{1,253}}\Z){_LABEL}(?:\.{_LABEL})*\Z")
 # A process name as it appears in /proc/<pid>/comm, minus the characters a
 # reviewer could misread (spaces, slashes); never an option-looking '-x'.
 PROCESS_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9_.@+:][A-Za-z0-9_.@+:-]{0,254}\Z")
@@ -57,13 +62,42 @@ DRAIN_GRACE_SECONDS = 1.0
 # --- parameters ---------------------------------------------------------------
 
 
-def _name_field(max_length: int = 255) -> serializers.CharField:
+def _name_field(help_text: str, max_length: int = 255) -> serializers.CharField:
     # Whitespace is an error, not something to trim silently.
-    return serializers.CharField(max_length=max_length, trim_whitespace=False)
+    return serializers.CharField(max_length=max_length, trim_whitespace=False, help_text=help_text)
 
 
-class ServiceParameters(serializers.Serializer):
-    service_name = _name_field()
+class HostParameters(serializers.Serializer):
+    """The host a host action acts on: that host's worker carries it out, and no other."""
+
+    host = serializers.CharField(
+        required=False,  # validate() fills in the deployment's default, if it has one
+        max_length=253,
+        trim_whitespace=False,
+        help_text="The host to act on: the WORKER_HOSTNAME of its workers "
+        "(by default the console's own host, where the deployment has one).",
+    )
+
+    def validate_host(self, value: str) -> str:
+        if not HOST_PATTERN.match(value):
+            raise serializers.ValidationError(
+                "must be a host name: labels of letters, digits, _ and - separated by dots"
+            )
+        return value
+
+    def validate(self, data: dict) -> dict:
+        if not data.get("host"):
+            default = settings.HOST_ACTIONS_DEFAULT_HOST
+            if not default:
+                raise serializers.ValidationError(
+                    {"host": ["this deployment has several hosts: name the one to act on"]}
+                )
+            data = {**data, "host": default}
+        return data
+
+
+class ServiceParameters(HostParameters):
+    service_name = _name_field("A systemd unit name, e.g. nginx or nginx.service.")
 
     def validate_service_name(self, value: str) -> str:
         if value.startswith("-") or not SERVICE_PATTERN.match(value):
@@ -91,9 +125,11 @@ def parse_target(value: str | int) -> int | str:
     return text
 
 
-class KillParameters(serializers.Serializer):
-    target = _name_field()
-    signal = serializers.ChoiceField(choices=sorted(SIGNALS), default="SIGTERM", required=False)
+class KillParameters(HostParameters):
+    target = _name_field("A pid, or the exact name of the processes to signal.")
+    signal = serializers.ChoiceField(
+        choices=sorted(SIGNALS), default="SIGTERM", required=False, help_text="The signal to send."
+    )
 
     def validate_target(self, value: str) -> int | str:
         try:
@@ -112,7 +148,7 @@ def split_command(command: str) -> list[str]:
     return argv
 
 
-class ExecParameters(serializers.Serializer):
+class ExecParameters(HostParameters):
     command = serializers.CharField(
         max_length=COMMAND_MAX_LENGTH,
         trim_whitespace=False,
@@ -428,13 +464,13 @@ def run_exec(params: dict, ctx: ActionContext) -> RunOutcome:
 
 # --- catalog ----------------------------------------------------------------
 
-_SERVICE = {"service": "service_name"}
+_SERVICE = {"service": "service_name", "host": "host"}
 
 for _verb, _description, _risk in (
-    ("restart", "Restart a systemd service on the worker's host.", 4),
-    ("stop", "Stop a systemd service on the worker's host.", 5),
-    ("start", "Start a systemd service on the worker's host.", 3),
-    ("status", "Show a systemd service's status on the worker's host.", 1),
+    ("restart", "Restart a systemd service on a host.", 4),
+    ("stop", "Stop a systemd service on a host.", 5),
+    ("start", "Start a systemd service on a host.", 3),
+    ("status", "Show a systemd service's status on a host.", 1),
 ):
     register(
         ActionSpec(
@@ -452,22 +488,22 @@ for _verb, _description, _risk in (
 register(
     ActionSpec(
         name="host.kill_process",
-        description="Send a signal to a process on the worker's host, by pid or by exact name.",
+        description="Send a signal to a process on a host, by pid or by exact name.",
         serializer=KillParameters,
         base_risk=6,
         runner=run_kill,
         host_bound=True,
-        targets={"process": "target"},
+        targets={"process": "target", "host": "host"},
     )
 )
 register(
     ActionSpec(
         name="host.exec",
-        description="Run a command on the worker's host as an argument list, without a shell.",
+        description="Run a command on a host as an argument list, without a shell.",
         serializer=ExecParameters,
         base_risk=6,
         runner=run_exec,
         host_bound=True,
-        targets={"command": "command"},
+        targets={"command": "command", "host": "host"},
     )
 )

@@ -14,9 +14,17 @@ from .scripts import MAX_CODE_CHARS, validate_code
 
 
 class SessionExecuteParameters(serializers.Serializer):
-    session_id = serializers.IntegerField(min_value=1)
-    code = serializers.CharField(max_length=MAX_CODE_CHARS, trim_whitespace=False)
-    timeout_seconds = serializers.IntegerField(min_value=1, max_value=300, default=30)
+    session_id = serializers.IntegerField(
+        min_value=1, help_text="The sandbox session to run in (sandbox.create made it)."
+    )
+    code = serializers.CharField(
+        max_length=MAX_CODE_CHARS,
+        trim_whitespace=False,
+        help_text="Python run in the session; variables and imports persist between executes.",
+    )
+    timeout_seconds = serializers.IntegerField(
+        min_value=1, max_value=300, default=30, help_text="Wall-clock limit of this execute."
+    )
     language = serializers.ChoiceField(choices=["python"], default="python")
 
     def validate_code(self, value: str) -> str:
@@ -35,6 +43,18 @@ def _route(parameters: dict) -> str | None:
         .values_list("queue", flat=True)
         .first()
     )
+
+
+def _owned_by_proposer(parameters: dict, proposer: str) -> None:
+    """A session takes executes from the agent that made it and no other."""
+    if not SandboxSession.objects.filter(pk=parameters["session_id"], owner=proposer).exists():
+        raise serializers.ValidationError(
+            {
+                "session_id": [
+                    f"sandbox session {parameters['session_id']} does not exist or is not yours"
+                ]
+            }
+        )
 
 
 def run_in_session(parameters: dict, context: ActionContext) -> RunOutcome:
@@ -57,6 +77,7 @@ register(
         runner=run_in_session,
         targets={"language": "language"},
         route=_route,
+        authorize=_owned_by_proposer,
         summary=lambda p: (
             f"session {p['session_id']}: "
             + next((line.strip() for line in p["code"].splitlines() if line.strip()), "")[:80]

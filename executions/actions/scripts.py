@@ -17,11 +17,22 @@ MAX_CODE_CHARS = 100_000
 
 
 class ScriptParameters(serializers.Serializer):
-    language = serializers.ChoiceField(choices=LANGUAGES)
-    code = serializers.CharField(max_length=MAX_CODE_CHARS, trim_whitespace=False)
-    timeout_seconds = serializers.IntegerField(min_value=1, max_value=300, default=30)
-    memory_mb = serializers.IntegerField(min_value=16, max_value=4096, required=False)
-    network = serializers.BooleanField(default=False)
+    language = serializers.ChoiceField(choices=LANGUAGES, help_text="The script's language.")
+    code = serializers.CharField(
+        max_length=MAX_CODE_CHARS, trim_whitespace=False, help_text="The script's source."
+    )
+    timeout_seconds = serializers.IntegerField(
+        min_value=1,
+        max_value=300,
+        default=30,
+        help_text="Wall-clock limit; the run is killed at it.",
+    )
+    memory_mb = serializers.IntegerField(
+        min_value=16, max_value=4096, required=False, help_text="Memory limit of the run."
+    )
+    network = serializers.BooleanField(
+        default=False, help_text="Whether the script needs the network (policy may refuse it)."
+    )
 
     def validate_code(self, value: str) -> str:
         return validate_code(value)

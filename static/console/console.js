@@ -100,7 +100,7 @@
     if (document.querySelector("dialog[open]")) return;  // Esc closes; the dialog owns the keys
     var page = document.body.getAttribute("data-page");
     var key = event.key;
-    if (pendingG) { pendingG = false; if (key === "q") { window.location = "/"; } return; }
+    if (pendingG) { pendingG = false; if (key === "q") { window.location = "/queue/"; } return; }
     if (key === "?") { document.getElementById("help").showModal(); event.preventDefault(); return; }
     if (key === "g") { pendingG = true; return; }
     if (page === "queue") {

@@ -19,7 +19,6 @@ from approvals.models import Proposal, Webhook, WebhookDelivery
 from approvals.policy import update_policy
 from approvals.services import expire_pending
 from audit.models import AuditEvent
-from console.celery import app as celery_app
 from tests.conftest import client_for, use_policy
 
 LOW = {"action": "script.execute", "parameters": {"language": "python", "code": "print(2 + 2)"}}
@@ -60,18 +59,6 @@ def endpoint():
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield server
     server.shutdown()
-
-
-@pytest.fixture
-def eager_tasks(monkeypatch, django_capture_on_commit_callbacks):
-    """Background tasks (notifications) run in-line, after commit, as a worker would.
-
-    Executions are not run here (the execution suites do that); only notifications.
-    """
-    monkeypatch.setattr("executions.services.dispatch", lambda execution_id: False)
-    celery_app.conf.task_always_eager = True
-    yield django_capture_on_commit_callbacks
-    celery_app.conf.task_always_eager = False
 
 
 @pytest.fixture

@@ -82,9 +82,9 @@ def test_many_waiters_share_one_read_per_change_and_idle_costs_nothing(agent, mo
     real_next = waiting._Changes.next
 
     async def counted_next(self, kick, timeout):
-        await real_next(self, kick, timeout)
-        received = self._receiving is not None and self._receiving.done()
-        wakes.append("message" if received else "kick" if kick.is_set() else "timeout")
+        message = await real_next(self, kick, timeout)
+        wakes.append("message" if message else "kick" if kick.is_set() else "timeout")
+        return message
 
     monkeypatch.setattr(waiting._Changes, "next", counted_next)
     ids = [
@@ -239,3 +239,117 @@ def test_waiters_keep_waking_after_the_request_that_started_the_watcher_ended(
     response = asyncio.run(main())
     assert response["status"] == 200
     assert b'"status":"rejected"' in response["body"].replace(b" ", b"")
+
+
+def test_waiting_calls_hold_no_request_thread(agent_and_token, reviewer):
+    """More calls wait than the handler has threads, and a plain read still answers at once."""
+    from channels.testing import HttpCommunicator
+
+    from console.handler import OneHopASGIHandler
+
+    agent, token = agent_and_token
+    app = OneHopASGIHandler(threads=2)
+    pending = [services.submit(agent, RISKY).proposal.pk for _ in range(5)]
+    headers = [(b"authorization", f"Bearer {token}".encode())]
+
+    def get(path: str) -> HttpCommunicator:
+        return HttpCommunicator(app, "GET", path, headers=headers)
+
+    async def main():
+        waiters = [
+            asyncio.create_task(get(f"/api/v1/proposals/{pk}?wait=30").get_response(timeout=40))
+            for pk in pending
+        ]
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        plain = await get(f"/api/v1/proposals/{pending[0]}").get_response(timeout=10)
+        answered_in = time.monotonic() - started
+        assert not any(w.done() for w in waiters), "a waiter answered without a change"
+
+        def reject_all():
+            for pk in pending:
+                services.decide(pk, reviewer, "reject", "no")
+            connection.close()
+
+        await asyncio.to_thread(reject_all)
+        answers = await asyncio.gather(*waiters)
+        await wind_down(waiting.watcher())
+        return plain, answered_in, answers
+
+    plain, answered_in, answers = asyncio.run(main())
+    assert plain["status"] == 200
+    assert answered_in < 5, answered_in
+    assert [a["status"] for a in answers] == [200] * len(pending)
+    assert all(b'"status":"rejected"' in a["body"].replace(b" ", b"") for a in answers)
+
+
+def test_a_message_with_the_new_state_wakes_its_waiter_without_a_read(agent, monkeypatch):
+    pk = services.submit(agent, RISKY).proposal.pk
+    seen = waiting.fingerprints([pk])[pk]
+    reads = []
+    real_read = waiting._read
+    monkeypatch.setattr(waiting, "_read", lambda pks: reads.append(pks) or real_read(pks))
+    state = {"status": "pending", "approvals": 1, "execution_id": None, "execution_status": None}
+
+    async def main():
+        watcher = waiting.watcher()
+        watcher.interval = 60  # no safety read: only the message can wake it
+        waiter = asyncio.create_task(watcher.wait_for_change(pk, seen, timeout=20))
+        while not reads:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the registration's read is done
+        read_before = len(reads)
+        same = {
+            "type": "proposal.changed",
+            "proposal_id": pk,
+            **dict(zip(state, seen, strict=True)),
+        }
+        await asyncio.to_thread(broadcast, PROPOSALS_GROUP, same)  # the state it saw
+        await asyncio.sleep(0.5)
+        woke_on_the_same = waiter.done()
+        changed = {"type": "proposal.changed", "proposal_id": pk, **state}
+        await asyncio.to_thread(broadcast, PROPOSALS_GROUP, changed)
+        result = await asyncio.wait_for(waiter, 10)
+        await wind_down(watcher)
+        return woke_on_the_same, result, len(reads) - read_before
+
+    woke_on_the_same, result, reads_after = asyncio.run(main())
+    assert not woke_on_the_same
+    assert result is True
+    assert reads_after == 0
+
+
+def test_a_late_message_of_an_old_state_does_not_end_a_wait(agent_and_token):
+    """A wake is a hint: the call reads again and waits on when nothing changed."""
+    from channels.testing import HttpCommunicator
+
+    from console.handler import OneHopASGIHandler
+
+    agent, token = agent_and_token
+    pk = services.submit(agent, RISKY).proposal.pk
+    app = OneHopASGIHandler(threads=2)
+    stale = {
+        "type": "proposal.changed",
+        "proposal_id": pk,
+        "status": "approved",  # as if an old message about another state came in late
+        "approvals": 0,
+        "execution_id": None,
+        "execution_status": None,
+    }
+
+    async def main():
+        headers = [(b"authorization", f"Bearer {token}".encode())]
+        call = HttpCommunicator(app, "GET", f"/api/v1/proposals/{pk}?wait=2", headers=headers)
+        started = time.monotonic()
+        answer = asyncio.create_task(call.get_response(timeout=20))
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(broadcast, PROPOSALS_GROUP, stale)
+        response = await answer
+        elapsed = time.monotonic() - started
+        await wind_down(waiting.watcher())
+        return response, elapsed
+
+    response, elapsed = asyncio.run(main())
+    assert response["status"] == 200
+    assert b'"status":"pending"' in response["body"].replace(b" ", b"")
+    assert elapsed >= 1.9, f"answered after {elapsed:.2f} s without a change"

@@ -306,3 +306,35 @@ def test_wait_answers_at_once_when_nothing_can_change_any_more(agent_api, review
     response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=30")
     assert time.monotonic() - started < 2
     assert response.json()["status"] == "rejected"
+
+
+def test_a_read_takes_the_same_queries_however_many_decisions(
+    agent_api, reviewer_api, reviewer2_api, django_assert_num_queries
+):
+    _, body = propose(agent_api, DANGEROUS)
+    path = f"/api/v1/proposals/{body['id']}"
+    agent_api.get(path)  # the token's last-seen time is written at most once a minute
+    with django_assert_num_queries(3):  # the token, the proposal, its decisions
+        assert agent_api.get(path).json()["decisions"] == []
+    reviewer_api.post(f"{path}/approve", {"comment": "ok"}, format="json")
+    reviewer2_api.post(f"{path}/approve", {"comment": "ok too"}, format="json")
+    with django_assert_num_queries(3):
+        decided = agent_api.get(path).json()
+    assert [d["comment"] for d in decided["decisions"]] == ["ok", "ok too"]
+
+
+@pytest.mark.parametrize("body", [PRINT_HI, RISKY], ids=["auto-approved", "pending"])
+def test_a_new_proposal_answers_as_a_read_of_it_would_without_reading_it_again(agent_api, body):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    propose(agent_api, body)  # the token's last-seen time is written at most once a minute
+    counts = []
+    for _ in range(2):
+        with CaptureQueriesContext(connection) as captured:
+            response, created = propose(agent_api, body)
+        assert response.status_code == 201
+        assert not any('FROM "approvals_proposal"' in q["sql"] for q in captured.captured_queries)
+        counts.append(len(captured))
+        assert agent_api.get(f"/api/v1/proposals/{created['id']}").json() == created
+    assert counts[0] == counts[1], counts  # the same work for every proposal

@@ -19,6 +19,12 @@ def score(code: str, language: str = "python", action: str = "script.execute"):
     return assess(action, script(code, language), 2)
 
 
+def assert_waits_for_a_person(result, because: str) -> None:
+    """Scored at or above the auto-approve threshold, with a reason that says ``because``."""
+    assert result.score >= AUTO_APPROVE_BELOW, result
+    assert any(because in reason for reason in result.reasons), result
+
+
 def test_the_database_rewrite_that_ran_unreviewed_now_waits_for_a_person():
     database = settings.DATABASES["default"]["NAME"]
     code = (
@@ -46,9 +52,7 @@ def test_the_database_rewrite_that_ran_unreviewed_now_waits_for_a_person():
     ],
 )
 def test_database_clients_raise_the_score_with_a_reason(language, code, client):
-    result = score(code, language)
-    assert result.score >= AUTO_APPROVE_BELOW, result
-    assert any(f"database client ({client})" in reason for reason in result.reasons), result
+    assert_waits_for_a_person(score(code, language), f"database client ({client})")
 
 
 @pytest.mark.parametrize(
@@ -66,16 +70,13 @@ def test_database_clients_raise_the_score_with_a_reason(language, code, client):
     ],
 )
 def test_loopback_addresses_raise_the_score_with_a_reason(language, code, address):
-    result = score(code, language)
-    assert result.score >= AUTO_APPROVE_BELOW, result
-    assert any(f"loopback address ({address})" in reason for reason in result.reasons), result
+    assert_waits_for_a_person(score(code, language), f"loopback address ({address})")
 
 
 def test_paths_of_the_data_dir_and_checkout_raise_the_score():
     for what, path in (("data dir", settings.DATA_DIR), ("checkout", settings.BASE_DIR)):
         result = score(f"print(open('{path}/console/settings.py').read())")
-        assert result.score >= AUTO_APPROVE_BELOW, result
-        assert any(f"Airlock's own {what}" in reason for reason in result.reasons), result
+        assert_waits_for_a_person(result, f"Airlock's own {what}")
 
 
 def test_host_commands_are_read_the_same_way():

@@ -64,7 +64,8 @@ def browser(server):
 
 @pytest.fixture
 def login(browser, server) -> Iterator[Callable]:
-    """login("reviewer") → a page of a fresh browser context, signed in at the queue."""
+    """login("reviewer") → a page of a fresh browser context, signed in on its landing page
+    (the queue for a reviewer, the overview for an admin)."""
     contexts = []
 
     def open_as(username: str, viewport: dict | None = None):
@@ -83,7 +84,7 @@ def login(browser, server) -> Iterator[Callable]:
         page.fill("#id_username", username)
         page.fill("#id_password", DEMO_PASSWORD)
         page.click("button[type=submit]")
-        page.wait_for_url(server.base + "/")
+        page.wait_for_url(lambda url: url in (server.base + "/", server.base + "/overview/"))
         return page
 
     open_as.failed_requests = []

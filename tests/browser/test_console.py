@@ -141,8 +141,12 @@ def test_the_keyboard_moves_through_the_queue_and_rejects_after_a_confirm(server
     page.keyboard.press("j")
     selected = page.get_attribute("tr.selected", "data-proposal")
     assert selected == ids[min(1, len(ids) - 1)]
-    outline = page.eval_on_selector("tr.selected", "r => getComputedStyle(r).outlineStyle")
-    assert outline == "solid"  # visible focus
+    # Visible focus, once a live re-render of the queue (if one came) has settled.
+    page.wait_for_function(
+        "() => { const r = document.querySelector('tr.selected');"
+        " return r && getComputedStyle(r).outlineStyle === 'solid'; }",
+        timeout=5000,
+    )
     page.keyboard.press("k")
     assert page.get_attribute("tr.selected", "data-proposal") == ids[0]
     target = ids[0]

@@ -56,12 +56,19 @@ def test_the_policy_editor_shows_every_field_of_the_policy(admin_client_):
 
 
 def test_the_editor_covers_every_field_of_the_policy_document():
-    from approvals.forms import OverrideForm, PolicySettingsForm
-    from approvals.policy import RULE_KINDS, OverrideSerializer, PolicySerializer
+    from approvals.forms import OverrideForm, PolicySettingsForm, SlackRouteForm
+    from approvals.policy import (
+        RULE_KINDS,
+        OverrideSerializer,
+        PolicySerializer,
+        SlackRouteSerializer,
+    )
 
-    edited = set(PolicySettingsForm.base_fields) | {"deny", "allow", "notify", "agent_overrides"}
+    lists = {"deny", "allow", "notify", "agent_overrides", "slack_routes"}
+    edited = set(PolicySettingsForm.base_fields) | lists
     assert set(PolicySerializer().fields) <= edited
     assert set(OverrideSerializer().fields) <= set(OverrideForm.base_fields)
+    assert set(SlackRouteSerializer().fields) <= set(SlackRouteForm.base_fields)
     assert "language" in RULE_KINDS
 
 
@@ -229,3 +236,39 @@ def test_djangos_admin_adds_policy_versions_through_the_same_validation(admin_cl
     response = admin_client_.post(url, {"data": json_.dumps(bad), "comment": "bad"})
     assert response.status_code == 200
     assert current_policy().auto_approve_below == 2
+
+
+@pytest.mark.django_db
+def test_the_editor_saves_slack_routes(admin_client_):
+    current_policy()
+    data = editor_post(
+        admin_client_,
+        **{
+            "slack_routes-0-channel": "#sec-approvals",
+            "slack_routes-0-bands": None,
+            "slack_routes-0-agent": "",
+            "slack_routes-0-action": "script.*",
+        },
+    )
+    data["slack_routes-0-bands"] = ["high", "medium"]
+    response = admin_client_.post(reverse("console:policy"), data, follow=True)
+    assert "Policy version 2 is now in force." in response.content.decode()
+    [route] = current_policy().slack_routes
+    assert (route.channel, route.bands, route.agent, route.action) == (
+        "#sec-approvals",
+        ("medium", "high"),
+        "*",
+        "script.*",
+    )
+    html = admin_client_.get(reverse("console:policy")).content.decode()
+    assert 'name="slack_routes-0-channel" value="#sec-approvals"' in html
+
+
+@pytest.mark.django_db
+def test_the_editor_refuses_a_bad_channel(admin_client_):
+    current_policy()
+    data = editor_post(admin_client_, **{"slack_routes-0-channel": "sec approvals"})
+    response = admin_client_.post(reverse("console:policy"), data)
+    assert response.status_code == 400
+    assert "slack_routes[1].channel: a channel id or #name" in response.content.decode()
+    assert PolicyVersion.objects.count() == 1

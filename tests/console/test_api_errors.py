@@ -70,3 +70,55 @@ def test_pages_outside_the_api_keep_their_html(client, debug):
     response = client.get("/no-such-page/")
     assert response.status_code == 404
     assert not response["Content-Type"].startswith("application/json")
+
+
+# --- the database away ------------------------------------------------------------------
+
+
+def test_it_answers_503_with_retry_after_while_the_database_is_away(agent_api, debug, monkeypatch):
+    from django.db import OperationalError, connections
+
+    def refused(*args, **kwargs):
+        raise OperationalError("connection to server at 'postgres' failed: Connection refused")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(connections["default"], "_cursor", refused)  # every query fails
+        response = agent_api.get("/api/v1/capabilities")
+
+    message = error(response, 503, "service_unavailable")
+    assert "database" in message
+    assert response["Retry-After"] == "5"
+    assert agent_api.get("/api/v1/capabilities").status_code == 200
+
+
+def test_a_proposal_cut_off_by_the_database_leaves_nothing_behind(agent_api, monkeypatch):
+    from django.db import InterfaceError
+
+    from executions.models import Execution
+
+    def cut(actor, event, *args, **kwargs):
+        raise InterfaceError("connection already closed")
+
+    body = {"action": "script.execute", "parameters": {"language": "python", "code": "print(1)"}}
+    with monkeypatch.context() as patch:
+        patch.setattr("approvals.services.record", cut)  # after the proposal's row is written
+        response = agent_api.post("/api/v1/proposals", body, format="json")
+
+    error(response, 503, "service_unavailable")
+    assert (Proposal.objects.count(), Execution.objects.count()) == (0, 0)
+    assert agent_api.post("/api/v1/proposals", body, format="json").status_code == 201
+
+
+def test_a_view_outside_drf_that_loses_the_database_is_503_under_api_only(rf):
+    from django.db import OperationalError
+    from django.http import HttpResponse
+
+    from console.api_errors import api_error_middleware
+
+    middleware = api_error_middleware(lambda request: HttpResponse())
+    lost = OperationalError("server closed the connection unexpectedly")
+
+    response = middleware.process_exception(rf.get("/api/v1/anything"), lost)
+    error(response, 503, "service_unavailable")
+    assert middleware.process_exception(rf.get("/queue/"), lost) is None
+    assert middleware.process_exception(rf.get("/api/v1/x"), ValueError("a bug")) is None

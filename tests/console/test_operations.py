@@ -41,6 +41,13 @@ def test_healthz_stays_open_when_metrics_are_guarded(client, settings):
     assert client.get("/healthz").json()["checks"]["database"]["ok"] is True
 
 
+def test_livez_answers_without_touching_the_database(client, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        response = client.get("/livez")
+    assert response.status_code == 200
+    assert response.json() == {"status": "alive"}
+
+
 def test_a_plain_celery_worker_runs_threads_in_one_process():
     """Sessions live in the worker process that opened them: prefork would scatter them."""
     from console.celery import app
@@ -67,6 +74,7 @@ def test_postgresql_connections_come_from_a_bounded_pool():
         "DJANGO_SETTINGS_MODULE": "console.settings",
         "DATABASE_URL": "postgres://airlock@db.invalid:5432/airlock",
         "DB_POOL_SIZE": "7",
+        "SECRET_KEY": "a-key-every-host-shares",
     }
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, check=True

@@ -6,28 +6,37 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import Agent, Proposal
+from approvals.models import Agent, Proposal, ReviewerPreferences
 from executions.models import Execution
 
 from .conftest import logged_in
 
 # (url name, kwargs from the objects, method, POST data, admin only)
 VIEWS = [
+    ("home", {}, "get", None, False),
     ("queue", {}, "get", None, False),
+    ("overview", {}, "get", None, False),
     ("proposal", {"pk": "proposal"}, "get", None, False),
     ("decide", {"pk": "proposal", "kind": "approve"}, "post", {"comment": "ok"}, False),
     ("history", {}, "get", None, False),
+    ("profile", {}, "get", None, False),
+    ("profile", {}, "post", {"console": "on", "bands": ["high"]}, False),
+    ("profile-slack-code", {}, "post", {}, False),
+    ("profile-slack-unlink", {}, "post", {}, False),
     ("execution", {"pk": "execution"}, "get", None, False),
     ("execution-status", {"pk": "execution"}, "get", None, False),
     ("cancel", {"pk": "execution"}, "post", {}, False),
     ("policy", {}, "get", None, True),
+    ("policy-versions", {}, "get", None, True),
+    ("policy-suggestions", {}, "get", None, True),
     ("agents", {}, "get", None, True),
     ("agent-action", {"pk": "agent", "operation": "revoke"}, "post", {}, True),
     ("users", {}, "get", None, True),
     ("set-reviewer", {"pk": "outsider", "operation": None}, "post", {"reviewer": "on"}, True),
     ("audit", {}, "get", None, True),
+    ("deliveries", {}, "get", None, True),
 ]
-IDS = [view[0] for view in VIEWS]
+IDS = [f"{view[0]}-{view[2]}" for view in VIEWS]
 
 
 @pytest.fixture
@@ -57,6 +66,7 @@ def state(objects: dict) -> tuple:
         Execution.objects.get(pk=objects["execution"].pk).status,
         Agent.objects.get(pk=objects["agent"].pk).is_active,
         objects["outsider"].groups.count(),
+        ReviewerPreferences.objects.count(),
     )
 
 

@@ -117,11 +117,7 @@ async def test_a_proposal_page_gets_its_panel_when_someone_else_decides(reviewer
     await communicator.disconnect()
 
 
-async def test_notifications_arrive_as_notices(reviewer, agent):
-    proposal = await database_sync_to_async(pending_proposal)(agent)
-    communicator = await connect(reviewer)
-    await communicator.connect()
-    await communicator.receive_from(timeout=5)
+async def send_notice(proposal, agent, risk: int = 5) -> None:
     from channels.layers import get_channel_layer
 
     await get_channel_layer().group_send(
@@ -134,13 +130,56 @@ async def test_notifications_arrive_as_notices(reviewer, agent):
             "action": "script.execute",
             "agent": agent.name,
             "summary": "x",
-            "risk": 5,
+            "risk": risk,
             "url": "",
             "at": "",
         },
     )
+
+
+async def test_notifications_arrive_as_notices(reviewer, agent):
+    proposal = await database_sync_to_async(pending_proposal)(agent)
+    communicator = await connect(reviewer)
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)
+    await send_notice(proposal, agent)
     html = await receive_until(communicator, "notice")
     assert 'hx-swap-oob="afterbegin:#notices"' in html and "waits for review" in html
+    await communicator.disconnect()
+
+
+async def test_notices_follow_the_reviewers_preferences(reviewer, agent):
+    from approvals.models import ReviewerPreferences
+
+    await database_sync_to_async(ReviewerPreferences.objects.create)(user=reviewer, bands=["high"])
+    medium = await database_sync_to_async(pending_proposal)(agent, risk=5)
+    high = await database_sync_to_async(pending_proposal)(agent, risk=8)
+    communicator = await connect(reviewer)
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)
+    await send_notice(medium, agent, risk=5)  # not a band they asked for
+    await send_notice(high, agent, risk=8)
+    html = await receive_until(communicator, "notice")
+    assert f"#{high.pk} script.execute" in html and f"#{medium.pk} " not in html
+    await database_sync_to_async(ReviewerPreferences.objects.filter(user=reviewer).update)(
+        console=False
+    )
+    await send_notice(high, agent, risk=8)
+    assert await communicator.receive_nothing(timeout=0.5)
+    await communicator.disconnect()
+
+
+async def test_a_proposal_page_gets_no_notice_about_the_proposal_it_shows(reviewer, agent):
+    shown = await database_sync_to_async(pending_proposal)(agent)
+    other = await database_sync_to_async(pending_proposal)(agent)
+    communicator = await connect(reviewer, f"proposal={shown.pk}")
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)
+    await send_notice(shown, agent)  # the page itself shows it: a notice would cover the form
+    await send_notice(other, agent)
+    html = await receive_until(communicator, "notice")
+    assert f"#{other.pk} script.execute" in html
+    assert f"#{shown.pk} script.execute" not in html
     await communicator.disconnect()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving import start_server
+from tests.serving import reviewer_token, start_server
 
 
 def processes_with_env(needle: str) -> list[int]:
@@ -111,3 +112,85 @@ def test_healthz_and_metrics_answer(served):
     with urllib.request.urlopen(served.base + "/metrics", timeout=10) as response:
         text = response.read().decode()
     assert 'airlock_proposals{status="pending"}' in text
+
+
+def connection_owners(pids: list[int], port: int) -> dict[int, int]:
+    """pid → how many established connections to ``port`` it holds (from /proc)."""
+    established = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                established.add(fields[9])  # the socket's inode
+    owners = {}
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("socket:[") and target[8:-1] in established:
+                owners[pid] = owners.get(pid, 0) + 1
+    return owners
+
+
+def test_several_web_processes_share_the_port_and_any_one_answers(tmp_path):
+    import socket
+
+    data = tmp_path / "data"
+    server = start_server(data, serve_args=["--web-processes", "3"])
+    server.data = str(data)
+    port = int(server.base.rsplit(":", 1)[1])
+    clients = []
+    try:
+        pids = server.web_processes()
+        assert len(pids) == 3, pids
+        assert "(3 web processes;" in server.log.read_text()
+        for _ in range(24):  # keep-alive connections, each with an answered request
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            clients.append(sock)
+            sock.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answer = b""
+            while b'{"status": "alive"}' not in answer:
+                received = sock.recv(4096)
+                assert received, answer
+                answer += received
+        owners = connection_owners(pids, port)
+        assert sum(owners.values()) == 24, owners
+        assert len(owners) >= 2, f"one process took every connection: {owners}"
+
+        # A long-poll on one connection, the decision on others: whichever
+        # process each reached, the waiter answers.
+        body = server.propose_script("import os\nprint(os.listdir('.'))")
+        assert body["status"] == "pending", body
+        reviewer = reviewer_token(data)
+        with concurrent.futures.ThreadPoolExecutor() as pool:
+            waiting = pool.submit(server.api, "GET", f"/api/v1/proposals/{body['id']}?wait=30")
+            time.sleep(0.5)
+            status, _ = server.api(
+                "POST", f"/api/v1/proposals/{body['id']}/reject", {"comment": "no"}, reviewer
+            )
+            assert status == 200
+            status, answer = waiting.result(timeout=30)
+        assert (status, answer["status"]) == (200, "rejected"), answer
+    finally:
+        for sock in clients:
+            sock.close()
+        server.stop()
+
+
+def test_a_port_in_use_is_refused_not_shared(served):
+    import subprocess
+    import sys
+
+    from tests.serving import ROOT
+
+    port = served.base.rsplit(":", 1)[1]
+    env = {**os.environ, "AIRLOCK_DATA_DIR": served.data + "-second"}
+    second = subprocess.run(
+        [sys.executable, "manage.py", "serve", "--port", port, "--no-worker"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in second.stderr

@@ -405,10 +405,13 @@ def test_the_shell_warns_when_the_sandbox_is_weak(reviewer_client, monkeypatch):
 
 
 @pytest.mark.django_db
-def test_logging_in_lands_on_the_queue(client, reviewer):
+def test_logging_in_lands_a_reviewer_on_the_queue(client, reviewer, agent):
+    waiting = pending_proposal(agent)
     assert client.get(reverse("login")).status_code == 200
     response = client.post(reverse("login"), {"username": "rita", "password": "pw-rita"})
-    assert response.status_code == 302 and response["Location"] == reverse("console:queue")
+    assert response.status_code == 302 and response["Location"] == reverse("console:home") == "/"
+    landing = client.get("/")
+    assert landing.status_code == 200 and f'id="proposal-row-{waiting.pk}"' in landing.text
     assert client.get(reverse("console:queue")).status_code == 200
     bad = Client().post(reverse("login"), {"username": "rita", "password": "wrong"})
     assert bad.status_code == 200 and 'role="alert"' in bad.content.decode()

@@ -10,10 +10,20 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import pytest
+
 from executions.sandboxes.base import Limits, MemorySink, RunOutcome, RunRequest, Sandbox
 from tests.support import port_open
 
 MB = 1024 * 1024
+
+
+def with_limitations(config: str, instance, request, limitations: dict):
+    """The sandbox of a test, marked a strict xfail where ``limitations`` says it cannot hold."""
+    reason = limitations.get((config, request.node.originalname))
+    if reason:
+        request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+    return instance
 
 
 def marker() -> str:
@@ -35,14 +45,21 @@ def run(
     return outcome, sink
 
 
-CLEAN_CHECK = """
-import os, subprocess
+# Code that lists a directory, or nothing where listing is refused: Landlock
+# alone refuses to list /proc at all, which is containment, not an error.
+LISTING = """
+import os
 def listing(path):
-    # Landlock alone refuses to list /proc at all: that is containment, not an error.
     try:
         return os.listdir(path)
     except OSError:
         return []
+"""
+
+CLEAN_CHECK = (
+    LISTING
+    + """
+import subprocess
 markers = {markers!r}
 problems = []
 for pid in listing("/proc"):
@@ -63,6 +80,7 @@ if subprocess.run(["true"]).returncode != 0:
     problems.append("cannot start a process")
 print(problems or "ok")
 """
+)
 
 
 def assert_next_run_is_clean(sandbox: Sandbox, markers=(), paths=()) -> None:
@@ -161,8 +179,10 @@ def wait_for_output(sink: MemorySink, text: str, timeout: float = 20) -> None:
 # --- attacks on the control plane --------------------------------------------------------
 
 # Every attack tries each step and reports; an error is what containment looks like.
-PRELUDE = """
-import os, signal, socket, sqlite3
+PRELUDE = (
+    LISTING
+    + """
+import signal, socket, sqlite3
 def step(what, action):
     try:
         result = action()
@@ -176,12 +196,6 @@ def write(path):
     with open(path, "w") as f:
         f.write("escaped")
     return path
-def listing(path):
-    try:
-        return os.listdir(path)
-    except OSError as exc:
-        print("blocked listing", path, exc)
-        return []
 def query(db):
     return sqlite3.connect("file:%s?mode=rw" % db, uri=True, timeout=1).execute(
         "select name from sqlite_master").fetchall()
@@ -205,6 +219,7 @@ def processes_with(text):
                 pass
     return found
 """
+)
 
 
 def attack(steps: list[tuple[str, str]], then: str = "") -> str:

@@ -44,6 +44,7 @@ from tests.executions.attacks import (
     run,
     start_in_background,
     wait_for_output,
+    with_limitations,
     worker_steps,
 )
 from tests.support import port_open, require, wait_for
@@ -146,11 +147,7 @@ def control_plane() -> Iterator[ControlPlane]:
 
 @pytest.fixture
 def sandbox(any_sandbox, request) -> Sandbox:
-    config, instance = any_sandbox
-    reason = LIMITATIONS.get((config, request.node.originalname))
-    if reason:
-        request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
-    return instance
+    return with_limitations(*any_sandbox, request, LIMITATIONS)
 
 
 def attempt(sandbox: Sandbox, code: str) -> str:

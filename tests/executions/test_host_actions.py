@@ -222,9 +222,10 @@ def test_service_names_with_shell_or_option_syntax_are_refused(systemctl, tmp_pa
 
 
 @pytest.mark.parametrize("name", ["nginx", "getty@tty1.service", "my-app_2.service", "x" * 255])
-def test_valid_service_names_are_accepted(name):
+def test_valid_service_names_are_accepted(name, settings):
     assert get_action("host.stop_service").validate({"service_name": name}) == {
-        "service_name": name
+        "service_name": name,
+        "host": settings.HOST_ACTIONS_DEFAULT_HOST,
     }
 
 
@@ -556,9 +557,12 @@ def test_invalid_commands_are_refused(command):
     assert "command" in excinfo.value.detail
 
 
-def test_a_long_command_up_to_the_limit_is_accepted():
+def test_a_long_command_up_to_the_limit_is_accepted(settings):
     command = "echo " + "x" * 4091
-    assert get_action("host.exec").validate({"command": command}) == {"command": command}
+    assert get_action("host.exec").validate({"command": command}) == {
+        "command": command,
+        "host": settings.HOST_ACTIONS_DEFAULT_HOST,
+    }
 
 
 # --- the catalog --------------------------------------------------------------------
@@ -566,12 +570,12 @@ def test_a_long_command_up_to_the_limit_is_accepted():
 
 def test_host_actions_are_host_bound_with_their_policy_targets():
     expected = {
-        "host.restart_service": {"service": "service_name"},
-        "host.stop_service": {"service": "service_name"},
-        "host.start_service": {"service": "service_name"},
-        "host.service_status": {"service": "service_name"},
-        "host.kill_process": {"process": "target"},
-        "host.exec": {"command": "command"},
+        "host.restart_service": {"service": "service_name", "host": "host"},
+        "host.stop_service": {"service": "service_name", "host": "host"},
+        "host.start_service": {"service": "service_name", "host": "host"},
+        "host.service_status": {"service": "service_name", "host": "host"},
+        "host.kill_process": {"process": "target", "host": "host"},
+        "host.exec": {"command": "command", "host": "host"},
     }
     risks = {
         "host.service_status": 1,
@@ -587,4 +591,7 @@ def test_host_actions_are_host_bound_with_their_policy_targets():
         assert spec.host_bound
         assert spec.targets == targets
         assert spec.read_only == (name == "host.service_status")
-    assert get_action("host.exec").target_values({"command": "uptime"}) == {"command": "uptime"}
+    assert get_action("host.exec").target_values({"command": "uptime", "host": "db-1"}) == {
+        "command": "uptime",
+        "host": "db-1",
+    }

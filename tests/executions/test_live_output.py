@@ -14,6 +14,7 @@ from console.asgi import application
 from executions import services
 
 LINES = 40
+PRINT_LINE = {"action": "script.execute", "parameters": {"language": "python", "code": "print(1)"}}
 CODE = f"import time\nfor i in range({LINES}):\n    print(f'line {{i}}', flush=True)\n    time.sleep(0.05)\n"
 EXPECTED = "".join(f"line {i}\n" for i in range(LINES))
 
@@ -119,3 +120,54 @@ async def test_a_bad_after_is_refused(agent_and_token):
     )
     connected, code = await communicator.connect()
     assert (connected, code) == (False, 4400)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_output_after_a_quiet_spell_is_written_at_once_and_a_stream_in_batches(
+    agent_and_token, monkeypatch
+):
+    """The first write does not wait for the batching interval; what follows it does."""
+    import time
+
+    from executions import output
+    from executions.models import OutputChunk
+
+    monkeypatch.setattr(output, "FLUSH_INTERVAL_SECONDS", 3600)  # only "at once" can pass
+    execution_id = submit(agent_and_token[0], PRINT_LINE).proposal.execution_id
+    recorder = output.ExecutionRecorder(execution_id, cap_bytes=1 << 20)
+    try:
+        recorder.emit("stdout", "first\n")
+        deadline = time.monotonic() + 10
+        while not OutputChunk.objects.filter(execution_id=execution_id).exists():
+            assert time.monotonic() < deadline, "the first line waited for the interval"
+            time.sleep(0.02)
+        recorder.emit("stdout", "second\n")
+        recorder.emit("stdout", "third\n")
+        time.sleep(0.3)
+        assert OutputChunk.objects.filter(execution_id=execution_id).count() == 1
+    finally:
+        recorder.finish()  # flushes the batch
+    chunks = list(OutputChunk.objects.filter(execution_id=execution_id).order_by("seq"))
+    assert [(c.seq, c.data) for c in chunks] == [(1, "first\n"), (2, "second\nthird\n")]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+async def test_a_follower_gets_everything_even_when_every_broadcast_is_lost(
+    agent_and_token, monkeypatch
+):
+    from executions import consumers
+    from executions import output as output_module
+
+    agent, token = agent_and_token
+    monkeypatch.setattr(consumers, "SAFETY_SECONDS", 0.2)
+    monkeypatch.setattr(output_module, "broadcast_on_commit", lambda group, message: None)
+    monkeypatch.setattr(services, "broadcast_on_commit", lambda group, message: None)
+    execution_id = await approved_execution(agent, "print('a')\nprint('b')")
+    communicator = connect(execution_id, token)
+    assert (await communicator.connect())[0]
+    await asyncio.to_thread(services.run, execution_id)  # tells nobody
+    messages = await receive_until(communicator, lambda m, ms: m["type"] == "status")
+    assert "".join(m["data"] for m in messages if m["type"] == "chunk") == "a\nb\n"
+    assert messages[-1]["status"] == "succeeded"
+    await communicator.disconnect()

@@ -384,18 +384,19 @@ def test_probe_reports_the_strongest_method_that_works_here():
         assert best == expected, problems
 
 
+# method -> (the host probe it rests on, what that probe answers where it does not work)
+BROKEN = {
+    "bwrap": ("_bwrap_features", lambda: (None, "bwrap missing", frozenset())),
+    "unshare": ("_unshare_problem", lambda: "user namespaces refused"),
+    "landlock": ("_landlock_problem", lambda: "no Landlock"),
+}
+
+
 def _only(monkeypatch, *working):
     """Pretend only the named methods work on this host (rlimits always does)."""
-    missing = {
-        "_bwrap_features": lambda: (None, "bwrap missing", frozenset()),
-        "_unshare_problem": lambda: "user namespaces refused",
-        "_landlock_problem": lambda: "no Landlock",
-    }
-    for method, name in (("bwrap", "_bwrap_features"), ("unshare", "_unshare_problem")):
+    for method, (probe, broken) in BROKEN.items():
         if method not in working:
-            monkeypatch.setattr(local, name, missing[name])
-    if "landlock" not in working:
-        monkeypatch.setattr(local, "_landlock_problem", missing["_landlock_problem"])
+            monkeypatch.setattr(local, probe, broken)
 
 
 def test_without_bubblewrap_the_probe_says_namespaces(monkeypatch):

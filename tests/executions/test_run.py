@@ -265,3 +265,26 @@ def test_executions_are_visible_to_their_agent_and_reviewers_only(
     assert outsider_api.get(f"/api/v1/executions/{execution.pk}").status_code == 403
     assert client_for().get(f"/api/v1/executions/{execution.pk}").status_code == 401
     assert Proposal.objects.get(execution=execution).agent == agent
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+def test_a_result_and_its_output_take_the_same_queries_however_long_the_output(
+    agent_and_token, django_assert_num_queries
+):
+    agent, token = agent_and_token
+    api = client_for(token)
+    short = approved_script(agent, "print(1)")
+    long = approved_script(  # pauses longer than the recorder's batching: several chunks
+        agent, "import time\nfor i in range(6):\n    print(i, flush=True)\n    time.sleep(0.12)"
+    )
+    for execution in (short, long):
+        services.run(execution.pk)
+    assert OutputChunk.objects.filter(execution=long).count() > 1
+    api.get(f"/api/v1/executions/{short.pk}")  # the token's last-seen time is written once a minute
+    for execution in (short, long):
+        with django_assert_num_queries(3):  # the token, the execution, its output
+            assert api.get(f"/api/v1/executions/{execution.pk}").json()["status"] == "succeeded"
+        with django_assert_num_queries(3):
+            page = api.get(f"/api/v1/executions/{execution.pk}/output?after=0").json()
+        assert page["terminal"] is True

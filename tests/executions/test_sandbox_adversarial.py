@@ -26,6 +26,7 @@ import pytest
 
 from executions.sandboxes.base import Sandbox
 from tests.executions.attacks import (
+    LISTING,
     MB,
     assert_next_run_is_clean,
     assert_no_connection,
@@ -37,6 +38,7 @@ from tests.executions.attacks import (
     run,
     start_in_background,
     wait_for_output,
+    with_limitations,
 )
 from tests.support import port_open, require
 
@@ -75,11 +77,7 @@ if not ROOT:
 
 @pytest.fixture
 def sandbox(any_sandbox, request) -> Sandbox:
-    config, instance = any_sandbox
-    reason = LIMITATIONS.get((config, request.node.originalname))
-    if reason:
-        request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
-    return instance
+    return with_limitations(*any_sandbox, request, LIMITATIONS)
 
 
 # --- processes and CPU -------------------------------------------------------------
@@ -432,14 +430,10 @@ def test_network_egress_to_redis(sandbox):
 
 # --- secrets, /proc, sockets, capabilities, ptrace -----------------------------------
 
-ENVIRONMENT_HUNT = """
+ENVIRONMENT_HUNT = (
+    LISTING
+    + """
 import os
-def listing(path):
-    # Landlock alone refuses to list /proc at all: that is containment, not an error.
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
 print("env", sorted(os.environ.items()))
 for pid in listing("/proc") + ["self"]:
     if pid.isdigit() or pid == "self":
@@ -449,6 +443,7 @@ for pid in listing("/proc") + ["self"]:
         except OSError as exc:
             print("denied", pid, exc)
 """
+)
 
 
 @pytest.fixture
@@ -486,14 +481,10 @@ def test_proc_environ_shows_no_worker_secret(sandbox, worker_secrets):
     assert_next_run_is_clean(sandbox)
 
 
-PROC_ROOT_HUNT = """
+PROC_ROOT_HUNT = (
+    LISTING
+    + """
 import os
-def listing(path):
-    # Landlock alone refuses to list /proc at all: that is containment, not an error.
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
 me = os.getuid()
 pids = ["1"]
 for pid in listing("/proc"):
@@ -511,6 +502,7 @@ for pid in pids:
     except OSError as exc:
         print("denied", path, exc)
 """
+)
 
 
 def test_proc_1_root_does_not_reach_the_host(sandbox):
@@ -562,14 +554,10 @@ def test_the_code_has_no_effective_capabilities(sandbox):
     assert_next_run_is_clean(sandbox)
 
 
-PTRACE = """
+PTRACE = (
+    LISTING
+    + """
 import ctypes, os
-def listing(path):
-    # Landlock alone refuses to list /proc at all: that is containment, not an error.
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
 libc = ctypes.CDLL(None, use_errno=True)
 mine = {{str(os.getpid())}}
 targets = {{"1"}}
@@ -590,6 +578,7 @@ for pid in sorted(targets):
     else:
         print("denied", pid, os.strerror(ctypes.get_errno()))
 """
+)
 
 
 def test_ptrace_of_a_sibling_run_fails(sandbox):

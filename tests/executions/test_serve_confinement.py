@@ -141,19 +141,9 @@ def deployment(user_checkout) -> Iterator[Deployment]:
         server.stop()
 
 
-def serve_processes(server: Server) -> list[int]:
-    """The pids of serve and its children (Daphne, the Celery worker and beat)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if f"PPid:\t{server.process.pid}\n" in Path(f"/proc/{pid}/status").read_text():
-                found.append(int(pid))
-    return found
-
-
 def test_it_runs_as_the_user_and_reports_namespaces_without_bubblewrap(deployment):
     server = deployment.server
-    status = Path(f"/proc/{serve_processes(server)[0]}/status").read_text()
+    status = Path(f"/proc/{server.children()[0]}/status").read_text()
     uid = subprocess.run(["id", "-u", USER], capture_output=True, text=True).stdout.strip()
     assert f"\nUid:\t{uid}\t" in status
     sandbox = deployment.health()["checks"]["sandbox"]
@@ -175,7 +165,7 @@ def test_every_control_plane_reach_fails_through_the_api(deployment):
     require(port_open("127.0.0.1", 6379), "Redis is not running on 127.0.0.1:6379")
     server, data_dir, checkout = deployment.server, deployment.data_dir, deployment.checkout
     tag = marker()
-    workers = serve_processes(server)
+    workers = server.children()
     port = int(server.base.rsplit(":", 1)[1])
     home = checkout.parent
     database = str(data_dir / "airlock.sqlite3")
@@ -214,7 +204,7 @@ def test_every_control_plane_reach_fails_through_the_api(deployment):
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
         tables = {row[0] for row in db.execute("select name from sqlite_master")}
     assert "hijacked" not in tables and "approvals_proposal" in tables
-    assert set(workers) <= set(serve_processes(server)), "a serve process was killed"
+    assert set(workers) <= set(server.children()), "a serve process was killed"
     # Namespaces are strong isolation: policy decided as it would anywhere.
     assert not [name for name, (_, step) in decisions.items() if step == "weak_sandbox"]
 

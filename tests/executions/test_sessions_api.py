@@ -132,6 +132,32 @@ def test_capabilities_and_ownership_are_enforced(make_agent, api, reviewer_api):
     assert reviewer_api.post("/api/v1/sandboxes", {}, format="json").status_code == 403
 
 
+def test_another_agent_cannot_run_code_in_a_session_through_the_proposals_endpoint(make_agent, api):
+    """The generic endpoint checks a session's owner as /sandboxes/{id}/execute does."""
+    from approvals.models import Proposal
+
+    session = create(api)
+    execute(api, session["id"], "secret = 'mine'")
+    _, other = make_agent("other", ["*"])
+    proposals_before = Proposal.objects.count()
+    for session_id in (session["id"], 10_000):  # someone else's, and none at all: one answer
+        response = client_for(other).post(
+            "/api/v1/proposals",
+            {
+                "action": "sandbox.execute",
+                "parameters": {"session_id": session_id, "code": "print(secret)"},
+                "reason": "borrow",
+            },
+            format="json",
+        )
+        assert response.status_code == 400, response.json()
+        message = response.json()["error"]["message"]
+        assert f"sandbox session {session_id} does not exist or is not yours" in message
+    assert Proposal.objects.count() == proposals_before
+    _, own = execute(api, session["id"], "print(secret)")  # the owner still can
+    assert own.status == "succeeded"
+
+
 @pytest.mark.parametrize(
     "body", [{"language": "cobol"}, [], {"language": None}], ids=["language", "list", "null"]
 )

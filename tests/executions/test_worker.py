@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 from django.utils import timezone
 
 from approvals.services import submit
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def worker_env(extra: dict | None = None) -> dict:
     env = {**os.environ, **(extra or {})}
     database = django_settings.DATABASES["default"]
-    if database["ENGINE"].endswith("sqlite3"):
+    if connection.vendor == "sqlite":
         env["SQLITE_PATH"] = str(database["NAME"])
     else:
         env["DATABASE_URL"] = (

@@ -209,15 +209,11 @@ def _unshare_problem() -> str | None:
         if uid is not None:
             os.chmod(base, 0o711)
             os.chown(workdir, uid, uid)
-        status_r, status_w = os.pipe()
         config = _supervisor_config(
-            ["/bin/true"],
-            uid,
-            [],
-            status_w,
-            "unshare",
-            _namespace_layout(workdir, None, Limits(), []),
+            ["/bin/true"], uid, [], "unshare", layout=_namespace_layout(workdir, None, Limits(), [])
         )
+        status_r, status_w = os.pipe()
+        config["status_fd"] = status_w
         try:
             done = subprocess.run(
                 [sys.executable, "-I", "-S", SUPERVISOR, json.dumps(config)],
@@ -349,11 +345,9 @@ class LocalSandbox(Sandbox):
         problems = method_problems()
         method = next(name for name, problem in problems.items() if problem is None)
         reason = describe_method(method)
-        missing = [f"{name}: {problems[name]}" for name in METHODS if name != "rlimits"]
-        if method == "unshare":
-            reason += f" (bubblewrap: {problems['bwrap']})"
-        elif method in ("landlock", "rlimits"):
-            reason += " (" + "; ".join(missing[: list(METHODS).index(method)]) + ")"
+        stronger = list(METHODS)[: list(METHODS).index(method)]  # and why each did not work
+        if stronger:
+            reason += " (" + "; ".join(f"{name}: {problems[name]}" for name in stronger) + ")"
         return Availability(True, reason, METHODS[method])
 
     # -- running ------------------------------------------------------------
@@ -564,23 +558,28 @@ class LocalSandbox(Sandbox):
                 f.write(code)
             if uid is not None:
                 os.chown(script, uid, uid)
-        namespaced = self.method == "unshare"
-        if namespaced:
+        if self.method == "unshare":
             # M, the namespace's init and the code count in the new user namespace.
             rlimits = rlimits_for(limits, program.language, extra_processes=3)
             inside = f"{SANDBOX_WORKDIR}/{program.filename}"
             layout = _namespace_layout(
                 workdir, None if warm else script, limits, _extra_binds(program)
             )
-            argv, cwd, env = program.command(inside, warm), SANDBOX_WORKDIR, ("/work", "/tmp")
+            config = _supervisor_config(
+                program.command(inside, warm), uid, rlimits, "unshare", layout=layout
+            )
+            env = (SANDBOX_WORKDIR, "/tmp")
         else:
             rlimits = rlimits_for(limits, program.language)
             if uid is None:
                 rlimits = _relative_nproc(rlimits, limits)
-            layout = _landlock_rules(workdir, program) if self.method == "landlock" else None
-            argv, cwd, env = program.command(script, warm), workdir, (workdir, workdir)
+            rules = _landlock_rules(workdir, program) if self.method == "landlock" else None
+            config = _supervisor_config(
+                program.command(script, warm), uid, rlimits, self.method, workdir, rules
+            )
+            env = (workdir, workdir)
         status_r, status_w = os.pipe()
-        config = _supervisor_config(argv, uid, rlimits, status_w, self.method, layout, cwd=cwd)
+        config["status_fd"] = status_w
         os.set_blocking(status_r, False)  # read once the supervisor is gone; never wait on it
         try:
             popen = self._popen(
@@ -657,19 +656,24 @@ def _supervisor_config(
     argv: list[str],
     uid: int | None,
     rlimits: list[tuple[int, int, int]],
-    status_fd: int | None,
     method: str,
-    layout: dict | None,
     cwd: str = SANDBOX_WORKDIR,
+    landlock: dict | None = None,
+    *,
+    layout: dict | None = None,
 ) -> dict:
-    """What ``supervisor.py`` gets: the code's argv and how to confine it."""
+    """What ``supervisor.py`` gets: the code's argv and how to confine it.
+
+    ``layout``: the root of a run in its own namespaces (``unshare``);
+    ``landlock``: what a run confined by Landlock alone may touch. The caller
+    adds ``status_fd``, where the supervisor reports the code's exit status.
+    """
     config = {
         "argv": argv,
         "cwd": cwd,
         "uid": uid,
         "rlimits": rlimits,
         "parent": os.getpid(),
-        "status_fd": status_fd,
         "confine": {"unshare": "namespaces", "landlock": "landlock"}.get(method, "none"),
         "seccomp": (seccomp_program(deny_sockets=method == "landlock") or b"").hex(),
         "landlock_abi": _landlock_abi(),
@@ -684,7 +688,7 @@ def _supervisor_config(
             "devices": list(DEVICES),
         }
     elif method == "landlock":
-        config["landlock"] = layout
+        config["landlock"] = landlock
     return config
 
 

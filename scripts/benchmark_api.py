@@ -1,0 +1,171 @@
+#!/usr/bin/env python
+"""Benchmark the API under bounded load, through a real embedded deployment.
+
+Starts ``manage.py serve`` on a fresh data dir (local addresses only), then
+keeps ``--clients`` keep-alive connections busy for ``--seconds`` each with:
+
+- ``GET /livez``: a bare Django JSON view, the framework's floor on this
+  server stack (no database, no authentication);
+- ``GET /api/v1/proposals/{id}``: an authenticated read;
+- ``POST /api/v1/proposals``: a script proposal that waits for review (so
+  the worker stays idle and the row is the whole cost).
+
+Prints requests/s, p50 and p95 per request kind, and each p50 against the
+floor's, for every ``--web-processes`` value given (the same run, the same
+machine).
+
+    .venv/bin/python scripts/benchmark_api.py [--clients 10] [--seconds 5] [--web-processes 1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scripts.benchmarking import percentile  # noqa: E402
+from tests.serving import Server, start_server  # noqa: E402
+
+# Scores above the auto-approve threshold: the proposal waits for a person.
+REVIEWED_CODE = "import subprocess\nsubprocess.run(['ls', '/'])\n"
+
+
+@dataclass
+class Load:
+    """What ``--clients`` connections measured for one kind of request."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: dict[int, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.seconds
+
+
+class Connection:
+    """One HTTP/1.1 keep-alive connection: as little client work as a request can take."""
+
+    def __init__(self, base: str, token: str):
+        parts = urlsplit(base)
+        self.host, self.port = parts.hostname, parts.port
+        self.token = token
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Authorization: Bearer {self.token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        status_line = await self.reader.readline()
+        length = 0
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        payload = await self.reader.readexactly(length)
+        return int(status_line.split()[1]), payload
+
+
+async def load(
+    server: Server, method: str, path: str, body: dict | None, clients: int, seconds: float
+) -> Load:
+    data = json.dumps(body).encode() if body else b""
+    result = Load()
+    connections = [Connection(server.base, server.token) for _ in range(clients)]
+    await asyncio.gather(*(c.open() for c in connections))
+    deadline = time.perf_counter() + seconds
+
+    async def client(connection: Connection) -> None:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            status, _ = await connection.request(method, path, data)
+            result.latencies.append(time.perf_counter() - started)
+            if status >= 400:
+                result.errors[status] = result.errors.get(status, 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in connections))
+    result.seconds = time.perf_counter() - started
+    for connection in connections:
+        connection.close()
+    return result
+
+
+def measure(web_processes: int, clients: int, seconds: float) -> dict[str, Load]:
+    create = {
+        "action": "script.execute",
+        "parameters": {"language": "python", "code": REVIEWED_CODE},
+        "reason": "benchmark",
+    }
+    with tempfile.TemporaryDirectory(prefix="airlock-bench-") as data_dir:
+        server = start_server(Path(data_dir), serve_args=["--web-processes", str(web_processes)])
+        try:
+            status, proposal = server.api("POST", "/api/v1/proposals", create)
+            assert status == 201 and proposal["status"] == "pending", proposal
+            kinds = {
+                "GET /livez (floor)": ("GET", "/livez", None),
+                "GET /api/v1/proposals/{id}": ("GET", f"/api/v1/proposals/{proposal['id']}", None),
+                "POST /api/v1/proposals": ("POST", "/api/v1/proposals", create),
+            }
+            results = {}
+            for name, (method, path, body) in kinds.items():
+                asyncio.run(load(server, method, path, body, clients, 1.0))  # warm every process
+                results[name] = asyncio.run(load(server, method, path, body, clients, seconds))
+            return results
+        finally:
+            server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--web-processes",
+        default=f"1,{os.cpu_count()}",
+        help="comma-separated web process counts to compare (default: 1 and the cores)",
+    )
+    args = parser.parse_args()
+    counts = sorted({int(n) for n in args.web_processes.split(",")})
+    print(f"clients={args.clients} seconds={args.seconds} cores={os.cpu_count()}")
+    print("| web processes | request | req/s | p50 ms | p95 ms | p50 vs floor | errors |")
+    print("|---|---|---|---|---|---|---|")
+    for count in counts:
+        results = measure(count, args.clients, args.seconds)
+        floor = statistics.median(next(iter(results.values())).latencies)
+        for name, result in results.items():
+            p50 = statistics.median(result.latencies)
+            p95 = percentile(result.latencies, 0.95)
+            errors = ", ".join(f"{k}×{v}" for k, v in sorted(result.errors.items())) or "0"
+            print(
+                f"| {count} | {name} | {result.rate:.0f} | {p50 * 1000:.1f} | "
+                f"{p95 * 1000:.1f} | {p50 / floor:.1f}× | {errors} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

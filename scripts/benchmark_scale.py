@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Load on the scale deployment: N agents proposing and long-polling, per stack size.
+
+    .venv/bin/python scripts/benchmark_scale.py [--agents 20] [--seconds 60] [--sizes 1x1,2x1,1x3,2x3]
+
+Starts the compose deployment (``docker/stack up``, as root, a project of its
+own on a free local port) at each size WEBxWORKERS in turn. For each, N agent
+threads propose a small Python script (approved by policy), long-poll
+(``?wait=30``) until its run ends, and propose again, for the given seconds;
+then every run still going is waited for (up to 120 s). Prints proposals/s,
+results/s, decision latency (proposal sent → approval seen) and result
+latency (proposal sent → final status seen) p50/p95, and lost (runs that
+ended ``lost`` or never ended: must be 0); then the ratios 2 web / 1 web and
+3 workers / 1 worker. Only 127.0.0.1 and the stack's own containers are
+touched; ``docker/stack down`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from benchmarking import percentile  # noqa: E402
+
+STACK = ROOT / "docker" / "stack"
+TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "lost"}
+DRAIN_SECONDS = 120
+
+
+@dataclass
+class Sample:
+    decision: float
+    result: float | None  # None: never ended
+    status: str
+
+
+@dataclass
+class Run:
+    size: str
+    seconds: float
+    samples: list[Sample] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def lost(self) -> int:
+        return sum(1 for s in self.samples if s.result is None or s.status == "lost")
+
+    def rate(self, finished: bool = False) -> float:
+        done = [s for s in self.samples if not finished or s.result is not None]
+        return len(done) / self.seconds
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def stack(env: dict, *args: str) -> str:
+    result = subprocess.run(
+        [str(STACK), *args], env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    if result.returncode:
+        sys.exit(f"docker/stack {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def agent_token(env: dict) -> str:
+    web = f"{env['COMPOSE_PROJECT_NAME']}_web_1"
+    name = f"bench-{os.getpid()}-{time.monotonic_ns()}"
+    return subprocess.run(
+        ["docker", "exec", web, "python", "manage.py", "create_agent", name, "--capability",
+         "script.execute"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def agent_loop(url: str, token: str, deadline: float, run: Run, lock: threading.Lock) -> None:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {token}"
+    body = {"action": "script.execute", "parameters": {"language": "python", "code": "print(1)"}}
+    while time.monotonic() < deadline:
+        sent = time.monotonic()
+        try:
+            response = session.post(f"{url}/api/v1/proposals", json=body, timeout=60)
+        except requests.RequestException:
+            with lock:
+                run.errors += 1
+            continue
+        if response.status_code != 201:
+            with lock:
+                run.errors += 1
+            continue
+        seen = response.json()
+        decided = time.monotonic() - sent
+        give_up = max(deadline, time.monotonic()) + DRAIN_SECONDS
+        while seen["execution_status"] not in TERMINAL and time.monotonic() < give_up:
+            try:
+                answer = session.get(f"{url}/api/v1/proposals/{seen['id']}?wait=30", timeout=45)
+            except requests.RequestException:
+                continue
+            if answer.status_code == 200:
+                seen = answer.json()
+        ended = seen["execution_status"] in TERMINAL
+        sample = Sample(
+            decided, time.monotonic() - sent if ended else None, seen["execution_status"]
+        )
+        with lock:
+            run.samples.append(sample)
+
+
+def measure(env: dict, size: str, agents: int, seconds: float) -> Run:
+    web, workers = size.split("x")
+    print(f"[bench] {size}: docker/stack up --web {web} --workers {workers}", flush=True)
+    stack(env, "up", "--web", web, "--workers", workers)
+    url = f"http://127.0.0.1:{env['AIRLOCK_PORT']}"
+    token = agent_token(env)
+    run, lock = Run(size, seconds), threading.Lock()
+    deadline = time.monotonic() + seconds
+    threads = [
+        threading.Thread(target=agent_loop, args=(url, token, deadline, run, lock))
+        for _ in range(agents)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return run
+
+
+def row(run: Run) -> str:
+    decisions = [s.decision * 1000 for s in run.samples] or [0.0]
+    results = [s.result * 1000 for s in run.samples if s.result is not None] or [0.0]
+    web, workers = run.size.split("x")
+    return (
+        f"| {web} | {workers} | {run.rate():.1f} | {run.rate(finished=True):.1f} "
+        f"| {percentile(decisions, 0.5):.0f} | {percentile(decisions, 0.95):.0f} "
+        f"| {percentile(results, 0.5):.0f} | {percentile(results, 0.95):.0f} "
+        f"| {run.lost} | {run.errors} |"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--sizes", default="1x1,2x1,1x3,2x3", help="WEBxWORKERS, comma-separated")
+    parser.add_argument("--keep", action="store_true", help="leave the stack running")
+    args = parser.parse_args()
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    for size in sizes:
+        web, _, workers = size.partition("x")
+        if not (web.isdigit() and int(web) >= 1 and workers in ("1", "2", "3")):
+            parser.error(f"a size is WEBxWORKERS with WEB >= 1 and WORKERS 1-3, got {size!r}")
+    if not 1 <= args.agents <= 500 or not 5 <= args.seconds <= 600:
+        parser.error("--agents wants 1-500 and --seconds 5-600")
+    env = {
+        **os.environ,
+        "COMPOSE_PROJECT_NAME": f"airlockbench{os.getpid()}",
+        "AIRLOCK_PORT": str(free_port()),
+        "AIRLOCK_BIND": "127.0.0.1",
+    }
+    runs = []
+    try:
+        for size in sizes:
+            runs.append(measure(env, size, args.agents, args.seconds))
+            print(row(runs[-1]), flush=True)
+    finally:
+        if not args.keep:
+            stack(env, "down")
+    print(
+        f"\n{args.agents} agents, {args.seconds:g} s per size; latencies in ms\n\n"
+        "| web | workers | proposals/s | results/s | decision p50 | decision p95 "
+        "| result p50 | result p95 | lost | errors |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+    for run in runs:
+        print(row(run))
+    by_size = {run.size: run for run in runs}
+    print()
+    for label, wider, narrower in (
+        ("2 web / 1 web (1 worker)", "2x1", "1x1"),
+        ("2 web / 1 web (3 workers)", "2x3", "1x3"),
+        ("3 workers / 1 worker (1 web)", "1x3", "1x1"),
+        ("3 workers / 1 worker (2 web)", "2x3", "2x1"),
+    ):
+        if wider in by_size and narrower in by_size and by_size[narrower].rate(True):
+            ratio = by_size[wider].rate(True) / by_size[narrower].rate(True)
+            print(f"- results/s {label}: {ratio:.2f}")
+    lost = sum(run.lost for run in runs)
+    print(f"\nlost = {lost}")
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""What the benchmark scripts share: percentiles and a run in the sandbox alone (the baseline)."""
+
+from __future__ import annotations
+
+import os
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def run_in_sandbox(backend: str, code: str, cap_bytes: int = 1024 * 1024):
+    """Run Python ``code`` in ``backend`` in this process, as a worker would; its MemorySink."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    import django
+
+    django.setup()
+    from executions.sandboxes import RunRequest, get_sandbox
+    from executions.sandboxes.base import MemorySink
+
+    sink = MemorySink(cap_bytes=cap_bytes)
+    get_sandbox(backend).run(RunRequest("python", code), sink)
+    return sink

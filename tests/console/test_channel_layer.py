@@ -1,0 +1,120 @@
+"""The embedded channel layer: a member hears every message sent after it joined."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from channels.db import database_sync_to_async
+from django.db import connections
+
+from console.channel_layers import DatabaseChannelLayer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def send_and_close(layer: DatabaseChannelLayer, group: str, message: dict) -> None:
+    try:
+        assert layer.group_send_from_thread(group, message)
+    finally:
+        connections.close_all()
+
+
+async def test_a_message_sent_before_the_poller_first_reads_still_arrives():
+    layer = DatabaseChannelLayer(poll_interval=3600)  # only the doorbell wakes it
+    channel = await layer.new_channel()
+    await layer.group_add("execution-1", channel)
+    # Sent before this coroutine yields, so before the new poller's first read,
+    # from a thread without a loop, as a worker sends an execution's last status.
+    sender = threading.Thread(
+        target=send_and_close,
+        args=(layer, "execution-1", {"type": "execution.status", "terminal": True}),
+    )
+    sender.start()
+    sender.join()  # blocks the loop: the poller cannot run meanwhile
+    try:
+        message = await asyncio.wait_for(layer.receive(channel), 10)
+        assert message == {"type": "execution.status", "terminal": True}
+    finally:
+        await layer.group_discard("execution-1", channel)
+        layer._poller.cancel()
+        await asyncio.gather(layer._poller, return_exceptions=True)
+        await database_sync_to_async(connections.close_all)()
+
+
+async def test_a_message_arrives_from_its_ring_without_a_read_of_the_table(monkeypatch):
+    layer = DatabaseChannelLayer(poll_interval=3600)  # only rings wake it
+    reads = []
+    fetch = layer._fetch
+    monkeypatch.setattr(layer, "_fetch", lambda: reads.append(1) or fetch())
+    channel = await layer.new_channel()
+    await layer.group_add("execution-2", channel)
+    try:
+        # The first message may follow a gap (ids go on after rows were deleted).
+        await asyncio.to_thread(send_and_close, layer, "execution-2", {"n": 0})
+        assert (await asyncio.wait_for(layer.receive(channel), 10))["n"] == 0
+        first_reads = len(reads)
+        for n in (1, 2):
+            await asyncio.to_thread(
+                send_and_close, layer, "execution-2", {"type": "output.chunks", "n": n}
+            )
+        received = [await asyncio.wait_for(layer.receive(channel), 10) for _ in range(2)]
+        assert [m["n"] for m in received] == [1, 2]
+        assert len(reads) == first_reads, "the table was read for messages the rings carried"
+
+        # A ring whose id does not follow on (one was missed): the table has it.
+        await database_sync_to_async(store_without_ringing)("execution-2", {"n": 3})
+        await asyncio.to_thread(
+            send_and_close, layer, "execution-2", {"type": "output.chunks", "n": 4}
+        )
+        received = [await asyncio.wait_for(layer.receive(channel), 10) for _ in range(2)]
+        assert [m["n"] for m in received] == [3, 4]
+        assert len(reads) == first_reads + 1
+    finally:
+        await layer.group_discard("execution-2", channel)
+        layer._poller.cancel()
+        await asyncio.gather(layer._poller, return_exceptions=True)
+        await database_sync_to_async(connections.close_all)()
+
+
+def store_without_ringing(group: str, message: dict) -> None:
+    import json
+
+    from console.models import LayerMessage
+
+    LayerMessage.objects.create(group=group, origin="", payload=json.dumps(message))
+
+
+async def test_a_member_that_joins_while_the_last_poller_winds_down_still_hears(monkeypatch):
+    """The poller ends when its last member leaves; one who joins meanwhile gets a new one."""
+    import time
+
+    from console import channel_layers
+
+    class SlowToClose:  # widens the poller's wind-down to half a second
+        def close_all(self):
+            time.sleep(0.5)
+            connections.close_all()
+
+    monkeypatch.setattr(channel_layers, "connections", SlowToClose())
+    layer = DatabaseChannelLayer(poll_interval=0.05)
+    first, second = await layer.new_channel(), await layer.new_channel()
+    await layer.group_add("proposals", first)
+    await asyncio.sleep(0.2)
+    old = layer._poller
+    await layer.group_discard("proposals", first)
+    await asyncio.sleep(0.2)  # the poller saw nobody left and winds down
+    assert not old.done()
+    await layer.group_add("proposals", second)
+    try:
+        await asyncio.to_thread(send_and_close, layer, "proposals", {"type": "x", "n": 1})
+        message = await asyncio.wait_for(layer.receive(second), 5)
+        assert message["n"] == 1
+    finally:
+        await layer.group_discard("proposals", second)
+        for poller in (old, layer._poller):
+            if poller is not None:
+                poller.cancel()
+        await asyncio.gather(old, layer._poller or old, return_exceptions=True)
+        await database_sync_to_async(connections.close_all)()

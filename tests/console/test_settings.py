@@ -1,0 +1,48 @@
+"""Settings read from the environment: the defaults a new install gets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.serving import FOREIGN_ENV, ROOT
+
+SHOW = "from django.conf import settings as s; print(s.DEBUG, len(s.SECRET_KEY))"
+
+
+def settings_with(tmp_path, **env) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in (*FOREIGN_ENV, "DEBUG")}
+    base.update(AIRLOCK_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="console.settings")
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {SHOW}"],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_an_embedded_install_runs_without_debug_on_a_key_of_its_own(tmp_path):
+    shown = settings_with(tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    debug, key_length = shown.stdout.split()
+    assert debug == "False"
+    assert int(key_length) >= 40
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_debug_is_on_only_when_asked_for(tmp_path):
+    assert settings_with(tmp_path, DEBUG="true").stdout.split()[0] == "True"
+
+
+def test_the_scale_deployment_wants_a_shared_key(tmp_path):
+    url = "postgres://airlock@127.0.0.1:5432/airlock"
+    refused = settings_with(tmp_path, DATABASE_URL=url)
+    assert refused.returncode != 0
+    assert "SECRET_KEY must be set with DATABASE_URL" in refused.stderr
+    assert not (tmp_path / "secret_key").exists()
+    given = settings_with(tmp_path, DATABASE_URL=url, SECRET_KEY="k" * 50)
+    assert given.returncode == 0, given.stderr
+    assert given.stdout.split() == ["False", "50"]
