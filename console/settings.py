@@ -209,7 +209,8 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "console.channel_layers.DatabaseChannelLayer"}}
 
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
+# (A host in the filesystem URL only keeps kombu from warning that it has none.)
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost/")
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {}
     if REDIS_URL
@@ -343,5 +344,9 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
         # The MCP SDK logs the end of every stateless request at INFO.
         "mcp.server.streamable_http": {"level": "WARNING"},
+        # Celery logs every task received and succeeded at INFO, the periodic
+        # sweeps every few seconds among them; failures are logged at ERROR.
+        "celery.worker.strategy": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},
     },
 }

@@ -27,7 +27,7 @@ from console.settings import private_data_dir
 
 STOP_GRACE_SECONDS = 10
 UVICORN_OPTIONS = [
-    "--loop", "uvloop", "--http", "httptools", "--ws", "websockets",
+    "--loop", "uvloop", "--http", "httptools", "--ws", "websockets-sansio",
     "--lifespan", "off",  # Channels' router answers HTTP and websockets only
     "--no-access-log", "--no-server-header",
     "--no-proxy-headers",  # X-Forwarded-* is trusted only where Django is told to
@@ -78,6 +78,7 @@ class Command(BaseCommand):
                 f"Airlock is running at http://{host}:{port}/  "
                 f"({web_processes} web process{'es' if web_processes > 1 else ''}; Ctrl-C to stop)"
             )
+            self.stdout.flush()  # the demo token too, when stdout is a file or a pipe
             self._supervise()
         finally:
             self._stop_all()
@@ -88,6 +89,9 @@ class Command(BaseCommand):
         os.umask(0o077)
         data_dir = private_data_dir(Path(settings.DATA_DIR))
         _make_private(data_dir, 0o700)
+        # Static files are served from the source tree (WhiteNoise's finders);
+        # an empty STATIC_ROOT keeps it from warning in every web process.
+        Path(settings.STATIC_ROOT).mkdir(mode=0o700, exist_ok=True)
         for entry in data_dir.iterdir():  # what an older install left readable
             if entry.is_file() and not entry.is_symlink():
                 _make_private(entry, 0o600)
@@ -142,7 +146,7 @@ class Command(BaseCommand):
 
     def _start(self, listeners: list[socket.socket], concurrency: int, no_worker: bool) -> None:
         python = sys.executable
-        # Uvicorn (uvloop + httptools, websockets by the websockets library):
+        # Uvicorn (uvloop + httptools, websockets by the websockets library's sans-I/O core):
         # it served a bare view about a third faster than Daphne here, and
         # takes an inherited socket. Each web process gets a socket of its
         # own on the one port (SO_REUSEPORT): the kernel spreads connections
