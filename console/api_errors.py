@@ -67,10 +67,15 @@ def _message(detail) -> str:
         for field, value in detail.items():
             text = _message(value)
             parts.append(text if field in ("non_field_errors", "detail") else f"{field}: {text}")
-        return "; ".join(parts)
+        return _joined(parts)
     if isinstance(detail, list):
-        return "; ".join(_message(item) for item in detail)
+        return _joined([_message(item) for item in detail])
     return str(detail)
+
+
+def _joined(parts: list[str]) -> str:
+    """One sentence per problem: "a: is required; b: is too long" (no ".;")."""
+    return parts[0] if len(parts) == 1 else "; ".join(part.rstrip(".") for part in parts)
 
 
 def error_body(error_type: str, message: str, details=None) -> dict:

@@ -41,6 +41,20 @@ def test_a_body_over_the_limit_is_413_and_nothing_is_written(agent_api, debug, s
     assert Proposal.objects.count() == 0
 
 
+def test_several_field_errors_read_as_one_sentence_each(agent_api):
+    body = {"action": "script.execute", "parameters": {"language": "cobol"}}
+    message = error(
+        agent_api.post("/api/v1/proposals", body, format="json"), 400, "validation_error"
+    )
+    assert message == 'language: "cobol" is not a valid choice; code: This field is required'
+    body["parameters"] = {"language": "python"}
+    message = error(
+        agent_api.post("/api/v1/proposals", body, format="json"), 400, "validation_error"
+    )
+    assert message == "code: This field is required."  # one problem keeps its full stop
+    assert Proposal.objects.count() == 0
+
+
 def test_too_many_query_fields_is_400(agent_api, debug, settings):
     query = "&".join(f"f{n}=1" for n in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
     error(agent_api.get(f"/api/v1/capabilities?{query}"), 400, "too_many_fields")
