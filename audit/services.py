@@ -9,16 +9,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from console.appends import take_append_lock
 from console.prepared import Prepared
 
 from .models import AuditEvent
 
 GENESIS = "0" * 64
-# Any constant: one advisory lock serialises appends on PostgreSQL.
-_PG_LOCK_KEY = 0x41_49_52_4C  # "AIRL"
 # Every change reads the chain's end: compiled once (see console.prepared).
 _chain_end = Prepared(lambda: AuditEvent.objects.order_by("-seq").values("seq", "hash")[:1])
 
@@ -64,9 +63,7 @@ def record(actor: str, verb: str, obj: object | None = None, **data) -> AuditEve
     data = json.loads(json.dumps(data, default=str))  # what is hashed is what is stored
     # No savepoint of its own: a failed append fails the change it records.
     with transaction.atomic(savepoint=False):
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PG_LOCK_KEY])
+        take_append_lock()  # the chain's end cannot move until this commits
         last = _chain_end.first()
         seq = last["seq"] + 1 if last else 1
         prev_hash = last["hash"] if last else GENESIS

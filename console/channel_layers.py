@@ -26,6 +26,7 @@ from channels.layers import InMemoryChannelLayer
 from django.db import close_old_connections, connections, transaction
 
 from . import doorbell
+from .appends import take_append_lock
 
 log = logging.getLogger(__name__)
 TOPIC = "layer"
@@ -70,7 +71,10 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
         from .models import LayerMessage
 
         payload = json.dumps(message)
-        row = LayerMessage.objects.create(group=group, origin=origin, payload=payload)
+        # Ids in commit order (see console.appends): pollers read past the newest id they saw.
+        with transaction.atomic(savepoint=False):
+            take_append_lock()
+            row = LayerMessage.objects.create(group=group, origin=origin, payload=payload)
         self._cleanup()  # by writers: the pollers only read, and never wait for a lock
         # Inside a transaction the row is not there for other connections yet:
         # ring once it is, or the poller reads too early and waits a whole interval.

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from channels.db import database_sync_to_async
-from django.db import connections
+from django.db import connections, transaction
 
 from console.channel_layers import DatabaseChannelLayer
 
@@ -73,6 +73,47 @@ async def test_a_message_arrives_from_its_ring_without_a_read_of_the_table(monke
         assert len(reads) == first_reads + 1
     finally:
         await layer.group_discard("execution-2", channel)
+        layer._poller.cancel()
+        await asyncio.gather(layer._poller, return_exceptions=True)
+        await database_sync_to_async(connections.close_all)()
+
+
+async def test_a_message_whose_transaction_commits_last_is_not_skipped():
+    """Of two writers, the one that inserted first commits last: both messages arrive.
+
+    On PostgreSQL ids are drawn at insert, so without the append lock the later
+    writer's row (a higher id) is read first and the poller moves past the other.
+    """
+    layer = DatabaseChannelLayer(poll_interval=0.05)
+    channel = await layer.new_channel()
+    await layer.group_add("execution-3", channel)
+    inserted, release = threading.Event(), threading.Event()
+
+    def slow_writer():  # inserts first and keeps its transaction open
+        try:
+            with transaction.atomic():
+                layer.group_send_in_transaction("execution-3", {"n": "slow"})
+                inserted.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    slow = threading.Thread(target=slow_writer)
+    slow.start()
+    fast = threading.Thread(target=send_and_close, args=(layer, "execution-3", {"n": "fast"}))
+    try:
+        assert await asyncio.to_thread(inserted.wait, 10)
+        fast.start()
+        await asyncio.sleep(0.5)  # the poller reads the table several times meanwhile
+        release.set()
+        received = {(await asyncio.wait_for(layer.receive(channel), 10))["n"] for _ in range(2)}
+        assert received == {"slow", "fast"}
+    finally:
+        release.set()
+        await asyncio.to_thread(slow.join, 10)
+        if fast.is_alive() or fast.ident is not None:
+            await asyncio.to_thread(fast.join, 10)
+        await layer.group_discard("execution-3", channel)
         layer._poller.cancel()
         await asyncio.gather(layer._poller, return_exceptions=True)
         await database_sync_to_async(connections.close_all)()

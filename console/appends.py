@@ -1,0 +1,26 @@
+"""One order for the database's append-only tables: the audit chain and the channel layer's.
+
+Readers of both follow row ids: the audit chain links each row to the one
+before, and the embedded channel layer's pollers read ``id > last seen``. On
+PostgreSQL an id is drawn when the row is inserted, not when it commits, so
+a transaction holding id 10 can commit after another committed id 11; a
+poller that read 11 in between would never see 10. Appending under one
+transaction-scoped advisory lock makes ids follow commit order: the next
+append draws its id only after the previous one's transaction ended. One lock
+for both tables, so that a transaction appending to both cannot deadlock
+with one taking them in the other order. SQLite serialises every writer
+already (``console/sqlite``).
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+_PG_LOCK_KEY = 0x41_49_52_4C  # "AIRL": any constant, the same everywhere
+
+
+def take_append_lock() -> None:
+    """Hold the append lock until the current transaction ends (PostgreSQL only)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PG_LOCK_KEY])
