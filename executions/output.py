@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
-from time import monotonic
+from collections.abc import Callable
+from time import monotonic, sleep
+from typing import TypeVar
 
-from django.db import close_old_connections, connection, transaction
+from django.conf import settings
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import F
 
 from .broadcast import broadcast_on_commit, execution_group
@@ -14,6 +25,37 @@ from .sandboxes.base import OutputSink
 
 FLUSH_INTERVAL_SECONDS = 0.05
 FLUSH_BYTES = 64 * 1024
+# What Django raises while the database is away (restarting, unreachable).
+DATABASE_AWAY = (OperationalError, InterfaceError)
+RETRY_PAUSE_SECONDS = 0.5
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def until_committed(write: Callable[[], T], what: str) -> T:
+    """Run ``write`` (one transaction) again while the database is away, for a while.
+
+    A write that failed rolled back whole, so running it again is safe. Past
+    WORKER_LOST_AFTER_SECONDS the sweeper may have declared the run lost: then
+    the error stands. A worker thus outlives a database restart (PostgreSQL's
+    takes seconds) with its run's output and result intact.
+    """
+    deadline = monotonic() + settings.WORKER_LOST_AFTER_SECONDS
+    while True:
+        try:
+            close_old_connections()
+            return write()
+        except DATABASE_AWAY as exc:
+            # SQLite is a file beside the process, never away: its errors are the answer.
+            if connection.vendor == "sqlite" or monotonic() >= deadline:
+                raise
+            log.warning("%s: the database is away (%s); trying again", what, str(exc).strip())
+            with contextlib.suppress(*DATABASE_AWAY):
+                connection.close()
+            sleep(RETRY_PAUSE_SECONDS)
+
+
 MAX_CHUNK_CHARS = 64 * 1024
 
 
@@ -84,20 +126,23 @@ class ExecutionRecorder(OutputSink):
             connection.close()
 
     def _write(self, batch: list[list[str]]) -> None:
-        close_old_connections()
         chunks = []
         for stream, text in batch:
             self.seq += 1
             chunks.append(
                 OutputChunk(execution_id=self.execution_id, seq=self.seq, stream=stream, data=text)
             )
-        with transaction.atomic():  # one write: the chunks, the counters, the message
-            OutputChunk.objects.bulk_create(chunks)
-            Execution.objects.filter(pk=self.execution_id).update(
-                last_seq=self.seq,
-                output_bytes=F("output_bytes") + sum(len(c.data.encode()) for c in chunks),
-            )
-            broadcast_on_commit(
-                execution_group(self.execution_id),
-                {"type": "output.chunks", "chunks": [c.as_message() for c in chunks]},
-            )
+
+        def write() -> None:
+            with transaction.atomic():  # one write: the chunks, the counters, the message
+                OutputChunk.objects.bulk_create(chunks)
+                Execution.objects.filter(pk=self.execution_id).update(
+                    last_seq=chunks[-1].seq,
+                    output_bytes=F("output_bytes") + sum(len(c.data.encode()) for c in chunks),
+                )
+                broadcast_on_commit(
+                    execution_group(self.execution_id),
+                    {"type": "output.chunks", "chunks": [c.as_message() for c in chunks]},
+                )
+
+        until_committed(write, f"output of execution {self.execution_id}")

@@ -7,6 +7,7 @@ after commit.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -26,7 +27,7 @@ from .actions.base import failed
 from .broadcast import PROPOSALS_GROUP, broadcast_on_commit, execution_group
 from .choices import TERMINAL, TRANSITIONS, ExecutionStatus
 from .models import Execution
-from .output import ExecutionRecorder
+from .output import DATABASE_AWAY, ExecutionRecorder, until_committed
 from .sandboxes.base import Limits, RunOutcome
 from .signals import execution_ended
 
@@ -218,21 +219,27 @@ class Heartbeat(threading.Thread):
         last_beat = time.monotonic()
         try:
             while not self._stop_event.wait(0.25):
-                close_old_connections()
-                if time.monotonic() - last_beat >= interval:
-                    Execution.objects.filter(
-                        pk=self.execution_id, status=ExecutionStatus.RUNNING
-                    ).update(heartbeat_at=timezone.now())
-                    last_beat = time.monotonic()
-                if (
-                    not self.cancel.is_set()
-                    and Execution.objects.filter(
-                        pk=self.execution_id, cancel_requested_at__isnull=False
-                    ).exists()
-                ):
-                    self.cancel.set()
+                try:
+                    close_old_connections()
+                    if time.monotonic() - last_beat >= interval:
+                        Execution.objects.filter(
+                            pk=self.execution_id, status=ExecutionStatus.RUNNING
+                        ).update(heartbeat_at=timezone.now())
+                        last_beat = time.monotonic()
+                    if (
+                        not self.cancel.is_set()
+                        and Execution.objects.filter(
+                            pk=self.execution_id, cancel_requested_at__isnull=False
+                        ).exists()
+                    ):
+                        self.cancel.set()
+                except DATABASE_AWAY:
+                    # The database restarting: beat again once it is back (the run goes on).
+                    with contextlib.suppress(*DATABASE_AWAY):
+                        connection.close()
         finally:
-            connection.close()
+            with contextlib.suppress(*DATABASE_AWAY):
+                connection.close()
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -297,26 +304,33 @@ def finish(execution: Execution, outcome: RunOutcome, recorder: ExecutionRecorde
         "finished_at": timezone.now(),
         "last_seq": recorder.seq,
     }
-    with transaction.atomic():
-        won = _transition(execution.pk, ExecutionStatus.RUNNING, status, **fields)
-        if won:
-            _set(execution, status, fields)
-        else:
-            execution.refresh_from_db()
-        if won:
-            record(
-                "system",
-                f"execution.{status}",
-                execution,
-                exit_code=outcome.exit_code,
-                duration_ms=outcome.duration_ms,
-                truncated=recorder.truncated,
-            )
-            _announce(execution)
-        else:
-            log.warning(
-                "execution %s ended as %s after being %s", execution.pk, status, execution.status
-            )
+
+    def write() -> None:
+        with transaction.atomic():
+            won = _transition(execution.pk, ExecutionStatus.RUNNING, status, **fields)
+            if won:
+                _set(execution, status, fields)
+            else:
+                execution.refresh_from_db()
+            if won:
+                record(
+                    "system",
+                    f"execution.{status}",
+                    execution,
+                    exit_code=outcome.exit_code,
+                    duration_ms=outcome.duration_ms,
+                    truncated=recorder.truncated,
+                )
+                _announce(execution)
+            else:
+                log.warning(
+                    "execution %s ended as %s after being %s",
+                    execution.pk,
+                    status,
+                    execution.status,
+                )
+
+    until_committed(write, f"the end of execution {execution.pk}")
     return execution
 
 
