@@ -55,10 +55,10 @@ def submit(agent: Agent, payload: object) -> Submission:
     """Validate, assess and decide a proposal in one transaction; idempotent by key."""
     if not isinstance(payload, dict):
         raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
-    unknown = set(payload) - set(EnvelopeSerializer().fields)
+    envelope = EnvelopeSerializer(data=payload)
+    unknown = set(payload) - set(envelope.fields)  # the fields validation then uses
     if unknown:
         raise serializers.ValidationError({name: ["unknown field"] for name in sorted(unknown)})
-    envelope = EnvelopeSerializer(data=payload)
     envelope.is_valid(raise_exception=True)
     data = envelope.validated_data
     key = data.get("idempotency_key")
