@@ -20,11 +20,10 @@ from django.utils import timezone
 
 from . import review_links
 from .models import Delivery
+from .retries import retry_delay
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 5
-BACKOFF_SECONDS = 10  # 10 s, 20 s, 40 s, 80 s between attempts, as for webhooks
 # While an attempt is under way the sweep leaves the row alone this long.
 LEASE_SECONDS = 120
 
@@ -77,10 +76,10 @@ def _claim(delivery: Delivery) -> bool:
 
 def _failed(delivery: Delivery, reason: str) -> None:
     delivery.error = reason
-    if delivery.attempts >= MAX_ATTEMPTS:
+    delay = retry_delay(delivery.attempts)
+    if delay is None:
         delivery.state, delivery.next_attempt_at = Delivery.State.FAILED, None
         return
-    delay = BACKOFF_SECONDS * 2 ** (delivery.attempts - 1)
     delivery.next_attempt_at = timezone.now() + timedelta(seconds=delay)
     _schedule_retry(delivery.pk, delay)
 

@@ -35,6 +35,7 @@ from console.roles import REVIEWERS_GROUP
 from executions.broadcast import PROPOSALS_GROUP, broadcast
 
 from .models import Proposal, Webhook, WebhookDelivery, preferences_for
+from .retries import MAX_ATTEMPTS, retry_delay
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,7 @@ DEFAULT_NOTIFIERS = [
     "approvals.slack.notifier.SlackNotifier",
 ]
 WEBHOOK_TIMEOUT_SECONDS = 5
-WEBHOOK_MAX_ATTEMPTS = 5
-WEBHOOK_BACKOFF_SECONDS = 10  # 10 s, 20 s, 40 s, 80 s between attempts
+WEBHOOK_MAX_ATTEMPTS = MAX_ATTEMPTS  # the same retry policy as mail and Slack
 SIGNATURE_HEADER = "X-Airlock-Signature"
 
 
@@ -220,10 +220,9 @@ def attempt_delivery(delivery_id: int) -> WebhookDelivery:
             timezone.now(),
             None,
         )
-    elif delivery.attempts >= WEBHOOK_MAX_ATTEMPTS:
+    elif (delay := retry_delay(delivery.attempts)) is None:
         delivery.state, delivery.next_attempt_at = "failed", None
     else:
-        delay = WEBHOOK_BACKOFF_SECONDS * 2 ** (delivery.attempts - 1)
         delivery.next_attempt_at = timezone.now() + timedelta(seconds=delay)
         _schedule_retry(delivery.pk, delay)
     delivery.save()

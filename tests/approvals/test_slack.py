@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import deliveries
+from approvals import deliveries, retries
 from approvals.models import Decision, Delivery, Proposal, ReviewerPreferences, SlackMessage
 from approvals.services import expire_pending
 from audit.models import AuditEvent
@@ -653,11 +653,11 @@ def test_a_delivery_given_up_on_ends_failed(pending, routed, monkeypatch):
         channel="slack", operation="update", event="decided", proposal_id=pending["id"],
         target=message.channel, slack_message=message,
     )  # fmt: skip
-    for _ in range(deliveries.MAX_ATTEMPTS):
+    for _ in range(retries.MAX_ATTEMPTS):
         delivery = deliveries.attempt(delivery.pk)
-    assert (delivery.state, delivery.attempts) == ("failed", deliveries.MAX_ATTEMPTS)
+    assert (delivery.state, delivery.attempts) == ("failed", retries.MAX_ATTEMPTS)
     assert delivery.error == "Slack refused: message_not_found"
-    assert deliveries.attempt(delivery.pk).attempts == deliveries.MAX_ATTEMPTS  # left alone
+    assert deliveries.attempt(delivery.pk).attempts == retries.MAX_ATTEMPTS  # left alone
 
 
 @pytest.mark.django_db
