@@ -27,9 +27,13 @@ from django.db import close_old_connections, connections, transaction
 
 from . import doorbell
 from .appends import take_append_lock
+from .prepared import PreparedInsert
 
 log = logging.getLogger(__name__)
 TOPIC = "layer"
+
+
+_append = PreparedInsert("console.LayerMessage")
 
 
 class DatabaseChannelLayer(InMemoryChannelLayer):
@@ -68,13 +72,11 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
         self._store(group, message, "")
 
     def _store(self, group: str, message: dict, origin: str) -> None:
-        from .models import LayerMessage
-
         payload = json.dumps(message)
         # Ids in commit order (see console.appends): pollers read past the newest id they saw.
         with transaction.atomic(savepoint=False):
             take_append_lock()
-            row = LayerMessage.objects.create(group=group, origin=origin, payload=payload)
+            row = _append.create(group=group, origin=origin, payload=payload)
         self._cleanup()  # by writers: the pollers only read, and never wait for a lock
         # Inside a transaction the row is not there for other connections yet:
         # ring once it is, or the poller reads too early and waits a whole interval.

@@ -23,6 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from django.db import connections
 from django.db.models import QuerySet
@@ -42,15 +43,33 @@ class _Compiled:
     names: list[str]
 
 
-class Prepared:
+class _PerConnection:
+    """Statements compiled once per database connection (their SQL is the connection's)."""
+
+    def __init__(self, using: str):
+        self.using = using
+        self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _compiled_on(self, connection, *sample):
+        compiled = self._compiled.get(connection)
+        if compiled is None:
+            compiled = self._compile(connection, *sample)
+            with self._lock:
+                self._compiled[connection] = compiled
+        return compiled
+
+    def _compile(self, connection, *sample):
+        raise NotImplementedError
+
+
+class Prepared(_PerConnection):
     """A ``.values()`` queryset of ``build(**arguments)``, compiled once per connection."""
 
     def __init__(self, build: Callable[..., QuerySet], using: str = "default", **types):
+        super().__init__(using)
         self.build = build
-        self.using = using
         self.samples = {name: self._sample(name, kind) for name, kind in types.items()}
-        self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
 
     @staticmethod
     def _sample(name: str, kind: type) -> object:
@@ -62,7 +81,7 @@ class Prepared:
 
     def rows(self, **arguments) -> list[dict]:
         connection = connections[self.using]
-        compiled = self._compiled.get(connection) or self._compile(connection)
+        compiled = self._compiled_on(connection)
         params = list(compiled.params)
         for position, name in compiled.slots.items():
             params[position] = arguments[name]
@@ -91,7 +110,7 @@ class Prepared:
                 raise ValueError(f"argument {name} is not a parameter of the compiled query")
             slots.update(dict.fromkeys(found, name))
         columns = [column for column, _, _ in compiler.select[: compiler.col_count]]
-        compiled = _Compiled(
+        return _Compiled(
             sql,
             list(params),
             slots,
@@ -99,6 +118,78 @@ class Prepared:
             compiler.get_converters(columns),
             [*query.extra_select, *query.values_select, *query.annotation_select],
         )
-        with self._lock:
-            self._compiled[connection] = compiled
-        return compiled
+
+
+@dataclass
+class _CompiledInsert:
+    sql: str
+    fields: list  # in the order of the statement's parameters
+    returns_pk: bool  # the statement ends in RETURNING the primary key
+
+
+class PreparedInsert(_PerConnection):
+    """``Model.objects.create(...)`` for an append-only row, its INSERT compiled once per connection.
+
+    Django compiles an INSERT for every ``create``: 0.1–0.2 ms of Python per
+    row, where running it takes a tenth of that. Here the statement comes from
+    Django's own compiler on first use on each connection; afterwards each
+    row's values go through the same ``pre_save`` and ``get_db_prep_save`` as
+    the ORM's (defaults, ``auto_now_add``, JSON, aware datetimes), so the row
+    stored is the row ``create`` would store. Signals are not sent: use it
+    only for models without ``pre_save``/``post_save`` receivers.
+    """
+
+    def __init__(self, model, using: str = "default"):
+        super().__init__(using)
+        self._model = model  # a model class, or "app_label.Model" for modules loaded before apps
+
+    @cached_property
+    def model(self):
+        if isinstance(self._model, str):
+            from django.apps import apps
+
+            return apps.get_model(self._model)
+        return self._model
+
+    def create(self, **values):
+        """The new instance, saved, with its primary key."""
+        instance = self.model(**values)
+        connection = connections[self.using]
+        compiled = self._compiled_on(connection, instance)
+        params = [
+            field.get_db_prep_save(field.pre_save(instance, True), connection)
+            for field in compiled.fields
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            if compiled.returns_pk:
+                pk = cursor.fetchone()[0]
+            else:
+                pk = connection.ops.last_insert_id(
+                    cursor, self.model._meta.db_table, self.model._meta.pk.column
+                )
+        instance.pk = pk
+        instance._state.adding, instance._state.db = False, self.using
+        return instance
+
+    def _compile(self, connection, sample) -> _CompiledInsert:
+        from django.db.models.sql import InsertQuery
+
+        meta = self.model._meta
+        if meta.auto_field is None or meta.parents:
+            raise TypeError(f"{meta.label}: only a model with an automatic key and no parents")
+        fields = [
+            field
+            for field in meta.local_concrete_fields
+            if not field.generated and field is not meta.auto_field
+        ]
+        query = InsertQuery(self.model)
+        query.insert_values(fields, [sample])
+        compiler = query.get_compiler(self.using, connection=connection)
+        compiler.returning_fields = (
+            [meta.auto_field] if connection.features.can_return_columns_from_insert else None
+        )
+        statements = compiler.as_sql()
+        if len(statements) != 1 or len(statements[0][1]) != len(fields):
+            raise TypeError(f"{meta.label}: an INSERT with a parameter per field cannot be built")
+        return _CompiledInsert(statements[0][0], fields, compiler.returning_fields is not None)

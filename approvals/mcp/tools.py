@@ -21,6 +21,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from approvals.choices import Urgency
+from console.serializers import Serializer
 from executions.actions import ActionSpec, catalog
 
 from .schema import object_schema
@@ -42,7 +43,7 @@ def _wait_field() -> serializers.IntegerField:
     )
 
 
-class EnvelopeArguments(serializers.Serializer):
+class EnvelopeArguments(Serializer):
     """What every action tool takes besides the action's own parameters."""
 
     reason = serializers.CharField(

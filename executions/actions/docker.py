@@ -21,6 +21,7 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 from rest_framework import serializers
 
+from console.serializers import Serializer
 from executions.sandboxes.base import RunOutcome
 from executions.sandboxes.reaper import LABEL as SANDBOX_LABEL
 
@@ -39,7 +40,7 @@ ENGINE_TIMEOUT_SECONDS = 15
 CONTAINER_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 
 
-class ContainerParameters(serializers.Serializer):
+class ContainerParameters(Serializer):
     container = serializers.RegexField(
         CONTAINER_PATTERN,
         max_length=128,
@@ -69,7 +70,7 @@ class LogsParameters(ContainerParameters):
     )
 
 
-class NoParameters(serializers.Serializer):
+class NoParameters(Serializer):
     pass
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from rest_framework import serializers
 
+from console.serializers import Serializer
 from executions.sandboxes.base import RunOutcome
 
 from . import register
@@ -67,7 +68,7 @@ def _name_field(help_text: str, max_length: int = 255) -> serializers.CharField:
     return serializers.CharField(max_length=max_length, trim_whitespace=False, help_text=help_text)
 
 
-class HostParameters(serializers.Serializer):
+class HostParameters(Serializer):
     """The host a host action acts on: that host's worker carries it out, and no other."""
 
     host = serializers.CharField(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from console.serializers import Serializer
 from executions import sessions
 from executions.models import SandboxSession
 from executions.sandboxes.base import RunOutcome
@@ -13,7 +14,7 @@ from .base import ActionContext, ActionSpec, failed
 from .scripts import MAX_CODE_CHARS, validate_code
 
 
-class SessionExecuteParameters(serializers.Serializer):
+class SessionExecuteParameters(Serializer):
     session_id = serializers.IntegerField(
         min_value=1, help_text="The sandbox session to run in (sandbox.create made it)."
     )

@@ -7,6 +7,7 @@ from dataclasses import replace
 from django.conf import settings
 from rest_framework import serializers
 
+from console.serializers import Serializer
 from executions.sandboxes import RunRequest, SandboxError, get_sandbox
 from executions.sandboxes.base import LANGUAGES, RunOutcome
 
@@ -16,7 +17,7 @@ from .base import ActionContext, ActionSpec, failed
 MAX_CODE_CHARS = 100_000
 
 
-class ScriptParameters(serializers.Serializer):
+class ScriptParameters(Serializer):
     language = serializers.ChoiceField(choices=LANGUAGES, help_text="The script's language.")
     code = serializers.CharField(
         max_length=MAX_CODE_CHARS, trim_whitespace=False, help_text="The script's source."

@@ -1,16 +1,19 @@
-"""Prepared queries: compiled once per connection, the same rows as the queryset."""
+"""Prepared queries and inserts: compiled once per connection, the same rows as the ORM's."""
 
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from approvals.models import Agent
-from console.prepared import Prepared
+from approvals.models import Agent, Proposal
+from audit.models import AuditEvent
+from console.prepared import Prepared, PreparedInsert
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,3 +75,66 @@ def test_only_values_querysets_can_be_prepared():
         Prepared(lambda pk: Agent.objects.filter(pk=pk), pk=int).rows(pk=1)
     with pytest.raises(TypeError, match="only int and str"):
         Prepared(lambda when: Agent.objects.values("id"), when=float)
+
+
+def proposal_fields(agent: Agent) -> dict:
+    return {
+        "agent": agent,
+        "action": "script.execute",
+        "parameters": {"language": "python", "code": "print('é')\n", "nested": [1, None]},
+        "summary": "python: print",
+        "status": "pending",
+        "risk_score": 7,
+        "risk_reasons": ["subprocess"],
+        "decision_path": {"step": "review", "rule": None},
+        "policy_version": 3,
+        "required_approvals": 2,
+        "created_at": timezone.now(),
+        "expires_at": timezone.now() + timedelta(minutes=5),
+    }
+
+
+def test_an_insert_stores_the_row_the_orm_stores():
+    agent = Agent.objects.create(name="a", token_hash="h" * 64, token_hint="h")
+    fields = proposal_fields(agent)
+    by_orm = Proposal.objects.create(**fields)
+    prepared = PreparedInsert(Proposal).create(**fields)
+    assert isinstance(prepared.pk, int) and prepared.pk == by_orm.pk + 1
+    assert not prepared._state.adding
+    stored = {row.pop("id"): row for row in Proposal.objects.values()}
+    # auto_now: set by the field's pre_save, as save() sets it
+    assert stored[prepared.pk].pop("updated_at") >= stored[by_orm.pk].pop("updated_at")
+    assert stored[prepared.pk] == stored[by_orm.pk]  # defaults, JSON and datetimes alike
+    assert stored[prepared.pk]["parameters"]["code"] == "print('é')\n"
+    assert stored[prepared.pk]["approvals_count"] == 0  # a model default
+    assert Proposal.objects.get(pk=prepared.pk).created_at == fields["created_at"]
+
+
+def test_an_insert_compiles_once_per_connection_and_runs_one_statement(monkeypatch):
+    insert = PreparedInsert("audit.AuditEvent")  # a label, for modules loaded before apps
+    compiled = []
+    compile_ = insert._compile
+    monkeypatch.setattr(
+        insert, "_compile", lambda conn, sample: compiled.append(conn) or compile_(conn, sample)
+    )
+    with CaptureQueriesContext(connection) as captured:
+        for seq in (1, 2, 3):
+            insert.create(seq=seq, created_at=timezone.now(), actor="t", verb="v", hash=str(seq))
+    assert len(captured) == 3 and captured[0]["sql"].lstrip().upper().startswith("INSERT")
+    assert len(compiled) == 1
+    assert list(AuditEvent.objects.order_by("seq").values_list("seq", "data")) == [
+        (1, {}),  # the field's default
+        (2, {}),
+        (3, {}),
+    ]
+
+
+def test_only_models_with_an_automatic_key_can_be_inserted_so():
+    from django.contrib.sessions.models import Session
+
+    from console.models import LayerMessage
+
+    assert PreparedInsert(LayerMessage).create(group="g", origin="", payload="{}").pk
+    with pytest.raises(TypeError, match="automatic key"):  # its key is the session's string
+        PreparedInsert(Session).create(session_key="k", session_data="", expire_date=timezone.now())
+    assert not Session.objects.exists()
