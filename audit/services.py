@@ -9,17 +9,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from console.appends import take_append_lock
-from console.prepared import Prepared
+from console.prepared import Prepared, PreparedInsert
 
 from .models import AuditEvent
 
 GENESIS = "0" * 64
 # Every change reads the chain's end: compiled once (see console.prepared).
 _chain_end = Prepared(lambda: AuditEvent.objects.order_by("-seq").values("seq", "hash")[:1])
+_append = PreparedInsert(AuditEvent)
 
 
 def _digest(
@@ -63,12 +64,14 @@ def record(actor: str, verb: str, obj: object | None = None, **data) -> AuditEve
     data = json.loads(json.dumps(data, default=str))  # what is hashed is what is stored
     # No savepoint of its own: a failed append fails the change it records.
     with transaction.atomic(savepoint=False):
-        take_append_lock()  # the chain's end cannot move until this commits
-        last = _chain_end.first()
-        seq = last["seq"] + 1 if last else 1
-        prev_hash = last["hash"] if last else GENESIS
+        end = _known_end()
+        if end is None:
+            take_append_lock()  # the chain's end cannot move until this commits
+            last = _chain_end.first()
+            end = _End(last["seq"], last["hash"]) if last else _End(0, GENESIS)
+        seq, prev_hash = end.seq + 1, end.hash
         created_at = timezone.now()
-        return AuditEvent.objects.create(
+        event = _append.create(
             seq=seq,
             created_at=created_at,
             actor=actor,
@@ -79,6 +82,34 @@ def record(actor: str, verb: str, obj: object | None = None, **data) -> AuditEve
             prev_hash=prev_hash,
             hash=_digest(prev_hash, seq, created_at, actor, verb, object_type, object_id, data),
         )
+        transaction.on_commit(_End(seq, event.hash))
+        return event
+
+
+class _End:
+    """The chain's end as this transaction left it, kept among its commit hooks.
+
+    The next append of the same transaction, which still holds the append lock,
+    starts from it instead of taking the lock and reading the end again. Django
+    drops a transaction's hooks when it commits or rolls back, and a savepoint's
+    when the savepoint rolls back, so the newest ``_End`` still registered is
+    the end of the rows that still exist. Running it at commit does nothing.
+    """
+
+    __slots__ = ("seq", "hash")
+
+    def __init__(self, seq: int, hash: str):
+        self.seq, self.hash = seq, hash
+
+    def __call__(self) -> None:
+        pass
+
+
+def _known_end() -> _End | None:
+    for _, hook, _ in reversed(connection.run_on_commit):
+        if isinstance(hook, _End):
+            return hook
+    return None
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent
 from audit.services import record, verify_chain
@@ -77,3 +80,63 @@ def test_recomputing_the_chain_without_the_key_does_not_help(chain, settings):
     row.hash = hashlib.sha256(b"anything").hexdigest()
     row.save()
     assert verify_chain().first_bad_seq == 2
+
+
+def chain_reads(queries) -> list:
+    return [q for q in queries if "audit_auditevent" in q["sql"] and "SELECT" in q["sql"][:10]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_appends_in_one_transaction_read_the_chain_end_once():
+    with CaptureQueriesContext(connection) as captured, transaction.atomic():
+        for verb in ("one", "two", "three"):
+            record("test", verb)
+    assert len(chain_reads(captured)) == 1
+    locks = [q for q in captured if "pg_advisory_xact_lock" in q["sql"]]
+    assert len(locks) == (1 if connection.vendor == "postgresql" else 0)
+    assert list(AuditEvent.objects.order_by("seq").values_list("seq", "verb")) == [
+        (1, "one"),
+        (2, "two"),
+        (3, "three"),
+    ]
+    with CaptureQueriesContext(connection) as captured, transaction.atomic():
+        record("test", "four")  # a new transaction: the end is read again
+    assert len(chain_reads(captured)) == 1
+    assert verify_chain().ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_append_rolled_back_with_its_savepoint_is_not_built_on():
+    with transaction.atomic():
+        record("test", "kept")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            record("test", "undone")
+            raise RuntimeError("the change this append recorded failed")
+        record("test", "after")
+        with transaction.atomic():
+            record("test", "inner, kept")
+        record("test", "last")
+    rows = list(AuditEvent.objects.order_by("seq").values_list("seq", "verb"))
+    assert rows == [(1, "kept"), (2, "after"), (3, "inner, kept"), (4, "last")]
+    assert verify_chain().ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_builds_on_what_another_committed_meanwhile():
+    def elsewhere():
+        try:
+            record("other", "between")
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        record("test", "first")
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    with transaction.atomic():
+        record("test", "second")
+        record("test", "third")
+    verbs = list(AuditEvent.objects.order_by("seq").values_list("verb", flat=True))
+    assert verbs == ["first", "between", "second", "third"]
+    assert verify_chain().ok
