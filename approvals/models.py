@@ -191,6 +191,25 @@ class Decision(models.Model):
         return f"{self.reviewer} {self.kind} {self.proposal_id}"
 
 
+class PendingNotification(models.Model):
+    """An event nobody has been told of yet: the notifications' outbox.
+
+    Written in the transaction of the change it tells of, so a change is never
+    committed without it; the worker takes rows in batches, tells every
+    notifier, and deletes them (``approvals.notifications.drain``). A batch
+    claimed by a worker that died is taken again after ``CLAIM_SECONDS``.
+    """
+
+    kind = models.CharField(max_length=30)
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField()
+    claim = models.CharField(max_length=32, blank=True, db_index=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.proposal_id}"
+
+
 class Webhook(models.Model):
     """An HTTP endpoint notified of proposal events, signed with its secret."""
 
@@ -208,29 +227,38 @@ class Webhook(models.Model):
         return self.is_active and (not self.events or kind in self.events)
 
 
-class WebhookDelivery(models.Model):
-    """One event sent to one webhook, with every attempt's outcome: the delivery log."""
+class Attempts(models.Model):
+    """What every delivery log keeps of a message's attempts: state, count, last error, when next."""
 
     class State(models.TextChoices):
         PENDING = "pending"  # not delivered yet; next_attempt_at says when it is tried again
         DELIVERED = "delivered"  # the endpoint answered 2xx
         FAILED = "failed"  # every attempt failed; not tried again
 
-    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
     event = models.CharField(max_length=50)
     proposal = models.ForeignKey(Proposal, null=True, blank=True, on_delete=models.SET_NULL)
-    body = models.TextField()
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
-    response_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        abstract = True
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["state", "next_attempt_at"])]
+
+
+class WebhookDelivery(Attempts):
+    """One event sent to one webhook, with every attempt's outcome: the delivery log."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    body = models.TextField()
+    response_code = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta(Attempts.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"{self.event} → {self.webhook} ({self.state})"
@@ -307,8 +335,15 @@ class ReviewerPreferences(models.Model):
 
 def preferences_for(user) -> ReviewerPreferences:
     """The person's preferences as saved now, or the defaults (unsaved) when they set none."""
-    found = ReviewerPreferences.objects.filter(user_id=user.pk).first()
-    return found or ReviewerPreferences(user_id=user.pk)
+    return preferences_of([user])[user.pk]
+
+
+def preferences_of(people) -> dict[int, ReviewerPreferences]:
+    """``preferences_for`` of each person, by primary key, in one query."""
+    if not people:
+        return {}
+    saved = {found.user_id: found for found in ReviewerPreferences.objects.filter(user__in=people)}
+    return {user.pk: saved.get(user.pk) or ReviewerPreferences(user_id=user.pk) for user in people}
 
 
 class ReviewLink(models.Model):
@@ -358,7 +393,7 @@ class SlackMessage(models.Model):
         return self.event in ("review_requested", "expiry_warning")
 
 
-class Delivery(models.Model):
+class Delivery(Attempts):
     """One mail or Slack message to one person or channel, with every attempt's outcome.
 
     Webhooks keep their own log (``WebhookDelivery``); the console's delivery
@@ -375,12 +410,8 @@ class Delivery(models.Model):
         POST = "post"  # a new Slack message
         UPDATE = "update"  # a Slack message brought up to date in place
 
-    State = WebhookDelivery.State
-
     channel = models.CharField(max_length=10, choices=Channel.choices)
     operation = models.CharField(max_length=10, choices=Operation.choices)
-    event = models.CharField(max_length=50)
-    proposal = models.ForeignKey(Proposal, null=True, blank=True, on_delete=models.SET_NULL)
     recipient = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -393,16 +424,8 @@ class Delivery(models.Model):
     slack_message = models.ForeignKey(
         SlackMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries"
     )
-    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
-    attempts = models.PositiveSmallIntegerField(default=0)
-    error = models.TextField(blank=True)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["state", "next_attempt_at"])]
+    class Meta(Attempts.Meta):
         verbose_name_plural = "deliveries"
 
     def __str__(self) -> str:

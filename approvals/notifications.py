@@ -1,9 +1,17 @@
 """Telling people: notify-list runs, new reviews, approaching expiry and decisions.
 
-``notify(kind, proposal)`` is the one entry point; after commit it hands the
-event to every configured notifier (``NOTIFIERS`` setting). Notifiers share
-one small interface: live in the console, email, signed webhooks, Slack
-(``approvals.slack``). Every message links to the proposal.
+``notify(kind, proposal)`` is the one entry point. It writes the event to the
+outbox (``PendingNotification``) in the transaction of the change it tells
+of, so no change commits untold and no event is told of a change that rolled
+back; after the commit it asks a worker to drain the outbox. The worker takes
+the events in batches and hands them to every configured notifier
+(``NOTIFIERS`` setting). Notifiers share one small interface: live in the
+console, email, signed webhooks, Slack (``approvals.slack``). Every message
+links to the proposal.
+
+A burst of proposals costs one broker message per ``WAKE_INTERVAL_SECONDS``
+and process, not one per event (``_Waker``); the periodic drain is the safety
+net for a wake-up that never arrived (a process that died after its commit).
 
 People are told about the kinds in ``TOLD``, as their preferences allow
 (``ReviewerPreferences``). The ``FOLLOW_UPS`` (a partial approval, the end of
@@ -13,15 +21,21 @@ notifiers that post such messages take them.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import hmac
 import json
 import logging
+import os
+import threading
+import time
 import urllib.error
 import urllib.request
+import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -31,10 +45,11 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from console.prepared import PreparedInsert
 from console.roles import REVIEWERS_GROUP
-from executions.broadcast import PROPOSALS_GROUP, broadcast
+from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
 
-from .models import Proposal, Webhook, WebhookDelivery, preferences_for
+from .models import PendingNotification, Proposal, Webhook, WebhookDelivery, preferences_of
 from .retries import MAX_ATTEMPTS, retry_delay
 
 log = logging.getLogger(__name__)
@@ -60,6 +75,13 @@ DEFAULT_NOTIFIERS = [
 WEBHOOK_TIMEOUT_SECONDS = 5
 WEBHOOK_MAX_ATTEMPTS = MAX_ATTEMPTS  # the same retry policy as mail and Slack
 SIGNATURE_HEADER = "X-Airlock-Signature"
+DRAIN_BATCH = 100  # events per claim of the outbox
+# A claimed batch whose worker died is taken again after this long (a live
+# worker tells a batch in far less: every delivery attempt has a short timeout).
+CLAIM_SECONDS = 600
+WAKE_INTERVAL_SECONDS = 0.1  # at most one drain message per process this often
+
+_outbox = PreparedInsert(PendingNotification)
 
 
 @dataclass(frozen=True)
@@ -100,7 +122,7 @@ def proposal_url(proposal_id: int) -> str:
     return f"{settings.SITE_URL}{path}"
 
 
-def event_for(kind: str, proposal: Proposal) -> Event:
+def event_for(kind: str, proposal: Proposal, at: datetime | None = None) -> Event:
     return Event(
         kind=kind,
         proposal_id=proposal.pk,
@@ -110,7 +132,7 @@ def event_for(kind: str, proposal: Proposal) -> Event:
         summary=proposal.summary,
         risk=proposal.risk_score,
         url=proposal_url(proposal.pk),
-        at=timezone.now().isoformat(),
+        at=(at or timezone.now()).isoformat(),
     )
 
 
@@ -125,12 +147,30 @@ class Notifier(ABC):
     @abstractmethod
     def send(self, event: Event) -> None: ...
 
+    def send_all(self, events: list[Event]) -> None:
+        """A batch, in order. Notifiers override it where a batch can share work."""
+        self.each(events, self.send)
+
+    def each(self, events: list[Event], tell) -> None:
+        """``tell(event)`` for each event; one's failure is logged and the others still go out."""
+        for event in events:
+            try:
+                tell(event)
+            except Exception:
+                log.exception("%s failed for proposal %s", type(self).__name__, event.proposal_id)
+
 
 class ConsoleNotifier(Notifier):
     """A live notice to every reviewer's open console."""
 
     def send(self, event: Event) -> None:
-        broadcast(PROPOSALS_GROUP, {"type": "notification", **event.as_dict()})
+        self.send_all([event])
+
+    def send_all(self, events: list[Event]) -> None:
+        # One transaction: a single write for the embedded channel layer, in order.
+        with transaction.atomic():
+            for event in events:
+                broadcast_on_commit(PROPOSALS_GROUP, {"type": "notification", **event.as_dict()})
 
 
 class EmailNotifier(Notifier):
@@ -142,12 +182,31 @@ class EmailNotifier(Notifier):
     """
 
     def send(self, event: Event) -> None:
+        self.send_all([event])
+
+    def send_all(self, events: list[Event]) -> None:
+        proposals = Proposal.objects.select_related("agent").in_bulk(
+            {event.proposal_id for event in events}
+        )
+        audiences: dict[tuple[str, str], list] = {}  # asked once per batch: who, and as they prefer
+
+        def tell(event: Event) -> None:
+            audience = ("owners", event.agent) if event.kind == "decided" else ("reviewers", "")
+            if audience not in audiences:
+                people = self.recipients(event)
+                preferences = preferences_of(people)
+                audiences[audience] = [(user, preferences[user.pk]) for user in people]
+            self._send(event, proposals[event.proposal_id], audiences[audience])
+
+        self.each(events, tell)
+
+    @staticmethod
+    def _send(event: Event, proposal: Proposal, audience: list) -> None:
         from . import deliveries, review_links
 
-        proposal = Proposal.objects.select_related("agent").get(pk=event.proposal_id)
         now = timezone.now()
-        for user in self.recipients(event):
-            if not preferences_for(user).wants("email", event.risk, now):
+        for user, preferences in audience:
+            if not preferences.wants("email", event.risk, now):
                 continue
             link = None
             if event.kind in REVIEW_KINDS and may_decide(user, proposal):
@@ -193,8 +252,17 @@ class WebhookNotifier(Notifier):
     """Records a delivery per subscribed webhook and sends it (retried with backoff)."""
 
     def send(self, event: Event) -> None:
+        self.send_all([event])
+
+    def send_all(self, events: list[Event]) -> None:
+        webhooks = list(Webhook.objects.filter(is_active=True))
+        if webhooks:
+            self.each(events, lambda event: self._send(event, webhooks))
+
+    @staticmethod
+    def _send(event: Event, webhooks: list[Webhook]) -> None:
         body = json.dumps({"event": event.kind, "proposal": event.as_dict()}, sort_keys=True)
-        for webhook in Webhook.objects.filter(is_active=True):
+        for webhook in webhooks:
             if webhook.wants(event.kind):
                 delivery = WebhookDelivery.objects.create(
                     webhook=webhook, event=event.kind, proposal_id=event.proposal_id, body=body
@@ -273,33 +341,126 @@ def wanted(kind: str) -> bool:
     return any(notifier.wants(kind) for notifier in notifiers())
 
 
-def send(kind: str, proposal_id: int) -> None:
-    """Build the event from the committed proposal and hand it to every notifier that takes it."""
-    proposal = Proposal.objects.select_related("agent").get(pk=proposal_id)
-    event = event_for(kind, proposal)
-    for notifier in notifiers():
-        if not notifier.wants(kind):
-            continue
-        try:
-            notifier.send(event)
-        except Exception:
-            log.exception("%s failed for proposal %s", type(notifier).__name__, proposal_id)
-
-
 def notify(kind: str, proposal: Proposal) -> None:
-    """After commit, send in the background (mail and webhooks must not slow a request)."""
-    from .tasks import send_notifications
-
+    """Record the event with the change it tells of; a worker tells people after the commit."""
     if kind in FOLLOW_UPS and not wanted(kind):
         return
+    _outbox.create(kind=kind, proposal_id=proposal.pk, created_at=timezone.now())
+    transaction.on_commit(request_drain)
 
-    def enqueue() -> None:
+
+def request_drain() -> None:
+    """Ask a worker to drain the outbox soon (in-line when tasks run eagerly)."""
+    from .tasks import drain_notifications
+
+    if drain_notifications.app.conf.task_always_eager:
+        drain_notifications.delay()
+        return
+    _waker().ring()
+
+
+def drain(limit: int = DRAIN_BATCH) -> int:
+    """Tell every notifier of the outbox's events, oldest first, a batch at a time.
+
+    Returns how many events were told. Drains running at once (worker threads,
+    several workers) never take the same event: each claims its batch with one
+    conditional UPDATE.
+    """
+    told = 0
+    while batch := _claim(limit):
+        send_batch(batch)
+        PendingNotification.objects.filter(pk__in=[notice.pk for notice in batch]).delete()
+        told += len(batch)
+    return told
+
+
+def _claim(limit: int) -> list[PendingNotification]:
+    now = timezone.now()
+    free = Q(claim="") | Q(claimed_at__lt=now - timedelta(seconds=CLAIM_SECONDS))
+    # Read first, without a write lock: an empty outbox (most drains) costs one query.
+    ids = list(
+        PendingNotification.objects.filter(free).order_by("pk").values_list("pk", flat=True)[:limit]
+    )
+    if not ids:
+        return []
+    claim = uuid.uuid4().hex
+    PendingNotification.objects.filter(free, pk__in=ids).update(claim=claim, claimed_at=now)
+    return list(PendingNotification.objects.filter(claim=claim).order_by("pk"))
+
+
+def send_batch(notices: Iterable[PendingNotification]) -> None:
+    """Build each event from its committed proposal and hand the batch to every notifier."""
+    notices = list(notices)
+    proposals = Proposal.objects.select_related("agent").in_bulk(
+        {notice.proposal_id for notice in notices}
+    )
+    events = [
+        event_for(notice.kind, proposals[notice.proposal_id], at=notice.created_at)
+        for notice in notices
+        if notice.proposal_id in proposals
+    ]
+    for notifier in notifiers():
+        taken = [event for event in events if notifier.wants(event.kind)]
+        if not taken:
+            continue
         try:
-            send_notifications.delay(kind, proposal.pk)
+            notifier.send_all(taken)
         except Exception:
-            log.exception("could not enqueue %s notification for proposal %s", kind, proposal.pk)
+            log.exception("%s failed for a batch of %d events", type(notifier).__name__, len(taken))
 
-    transaction.on_commit(enqueue)
+
+class _Waker:
+    """Sends the drain message for a process: one per burst, at once when idle.
+
+    A ring after a commit is answered by a message sent after that ring, so
+    the drain it starts sees the committed event; rings that come while a
+    message is being sent, or within ``WAKE_INTERVAL_SECONDS`` after it, share
+    the next one.
+    """
+
+    def __init__(self):
+        self._wanted = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="notification-waker", daemon=True)
+        self._thread.start()
+        atexit.register(self._flush)
+
+    def ring(self) -> None:
+        self._wanted.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            self._send()
+            time.sleep(WAKE_INTERVAL_SECONDS)
+
+    def _flush(self) -> None:
+        # A short-lived process (a management command) may exit before the thread sends.
+        if self._wanted.is_set():
+            self._wanted.clear()
+            self._send()
+
+    @staticmethod
+    def _send() -> None:
+        from .tasks import drain_notifications
+
+        try:
+            drain_notifications.delay()
+        except Exception:
+            log.exception("could not ask for a notification drain; the periodic drain will")
+
+
+_wakers: dict[int, _Waker] = {}
+_wakers_lock = threading.Lock()
+
+
+def _waker() -> _Waker:
+    pid = os.getpid()  # a forked child needs its own thread
+    waker = _wakers.get(pid)
+    if waker is None:
+        with _wakers_lock:
+            waker = _wakers.get(pid) or _wakers.setdefault(pid, _Waker())
+    return waker
 
 
 def warn_expiring(now=None) -> int:

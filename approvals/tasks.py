@@ -11,9 +11,21 @@ def expire_pending() -> dict:
     return {"warned": notifications.warn_expiring(), "expired": services.expire_pending()}
 
 
+@shared_task(name="approvals.tasks.drain_notifications", ignore_result=True)
+def drain_notifications() -> int:
+    """Tell people of the outbox's events; asked for after commits, and periodically."""
+    return notifications.drain()
+
+
 @shared_task(name="approvals.tasks.send_notifications", ignore_result=True)
 def send_notifications(kind: str, proposal_id: int) -> None:
-    notifications.send(kind, proposal_id)
+    """A message of the earlier one-message-per-event kind, still in a broker after an upgrade."""
+    from django.utils import timezone
+
+    from .models import PendingNotification
+
+    notice = PendingNotification(kind=kind, proposal_id=proposal_id, created_at=timezone.now())
+    notifications.send_batch([notice])
 
 
 @shared_task(name="approvals.tasks.deliver_webhook", ignore_result=True)

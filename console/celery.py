@@ -28,6 +28,10 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "task": "executions.tasks.reap_sandboxes",
             "schedule": 300.0,
         },
+        "drain-notifications": {  # a safety net: commits ask for a drain themselves
+            "task": "approvals.tasks.drain_notifications",
+            "schedule": 10.0,
+        },
         "retry-webhooks": {
             "task": "approvals.tasks.retry_webhooks",
             "schedule": 60.0,

@@ -24,6 +24,13 @@ def eager_tasks(monkeypatch, django_capture_on_commit_callbacks):
 
 
 @pytest.fixture
+def reviewer_with_mail(reviewer):
+    reviewer.email = "rita@example.test"
+    reviewer.save()
+    return reviewer
+
+
+@pytest.fixture
 def slack(settings):
     """Airlock pointed at a local stand-in of Slack's Web API (recording every call)."""
     standin = SlackStandIn(SLACK_TOKEN).start()

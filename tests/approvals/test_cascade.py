@@ -61,13 +61,6 @@ def endpoint():
     server.shutdown()
 
 
-@pytest.fixture
-def reviewer_with_mail(reviewer):
-    reviewer.email = "rita@example.test"
-    reviewer.save()
-    return reviewer
-
-
 def propose(api, body):
     response = api.post("/api/v1/proposals", body, format="json")
     assert response.status_code == 201, response.json()

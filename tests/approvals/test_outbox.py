@@ -1,0 +1,237 @@
+"""The notifications' outbox: written with the change, drained in batches, never lost or doubled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.core import mail
+from django.db import transaction
+from django.utils import timezone
+
+from approvals import notifications, tasks
+from approvals.models import PendingNotification, Proposal
+
+MEDIUM = {
+    "action": "script.execute",
+    "parameters": {"language": "python", "code": "import os\nprint(os.listdir('.'))"},
+}
+
+
+class Told(notifications.Notifier):
+    """A notifier that records what it is told, for every kind."""
+
+    events: list = []
+
+    def wants(self, kind: str) -> bool:
+        return True
+
+    def send(self, event) -> None:
+        Told.events.append((event.kind, event.proposal_id))
+
+
+@pytest.fixture
+def told(settings):
+    Told.events = []
+    settings.NOTIFIERS = [f"{__name__}.Told", "approvals.notifications.EmailNotifier"]
+    return Told.events
+
+
+@pytest.fixture
+def drains(monkeypatch):
+    """Drain requests are recorded, not sent: the test drains by hand, as a worker would."""
+    asked = []
+    monkeypatch.setattr(notifications, "request_drain", lambda: asked.append(1))
+    return asked
+
+
+def waiting(agent, count: int) -> list[Proposal]:
+    return [
+        Proposal.objects.create(agent=agent, action="script.execute", summary=str(i))
+        for i in range(count)
+    ]
+
+
+def propose(api, body=MEDIUM) -> dict:
+    response = api.post("/api/v1/proposals", body, format="json")
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+def test_the_event_is_written_with_the_proposal_and_told_once_by_a_drain(
+    agent_api, reviewer_with_mail, told, drains, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        body = propose(agent_api)
+    assert body["status"] == "pending"
+    [notice] = PendingNotification.objects.all()
+    assert (notice.kind, notice.proposal_id, notice.claim) == ("review_requested", body["id"], "")
+    assert drains == [1]  # asked for after the commit
+    assert told == [] and mail.outbox == []  # nobody told before a worker drains
+
+    assert tasks.drain_notifications() == 1
+    assert told == [("review_requested", body["id"])]
+    [message] = mail.outbox
+    assert message.to == ["rita@example.test"]
+    assert not PendingNotification.objects.exists()
+    assert tasks.drain_notifications() == 0  # told once
+    assert len(told) == 1 and len(mail.outbox) == 1
+
+
+def test_a_change_that_rolls_back_leaves_no_event(agent, told, drains):
+    [proposal] = waiting(agent, 1)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        notifications.notify("review_requested", proposal)
+        assert PendingNotification.objects.count() == 1
+        raise RuntimeError("the change fails after the event was written")
+    assert not PendingNotification.objects.exists()
+    assert drains == []
+    assert notifications.drain() == 0 and told == []
+
+
+def test_events_are_told_oldest_first_in_batches(agent, told, drains):
+    proposals = waiting(agent, 7)
+    for proposal in proposals:
+        notifications.notify("review_requested", proposal)
+    notifications.notify("decided", proposals[0])
+    assert notifications.drain(limit=3) == 8
+    assert told == [("review_requested", p.pk) for p in proposals] + [("decided", proposals[0].pk)]
+
+
+def test_a_batch_claimed_by_a_live_drain_is_not_taken_again_until_its_claim_is_stale(
+    agent, told, drains
+):
+    [proposal] = waiting(agent, 1)
+    notifications.notify("review_requested", proposal)
+    [claimed] = notifications._claim(10)  # another worker holds it, mid-batch
+    assert notifications.drain() == 0 and told == []
+
+    # That worker died: after CLAIM_SECONDS the event is someone else's to tell.
+    stale = timezone.now() - timedelta(seconds=notifications.CLAIM_SECONDS + 1)
+    PendingNotification.objects.filter(pk=claimed.pk).update(claimed_at=stale)
+    assert notifications.drain() == 1
+    assert told == [("review_requested", proposal.pk)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drains_at_once_tell_each_event_exactly_once(agent, told, drains):
+    """Worker threads draining together, on real connections."""
+    proposals = waiting(agent, 60)
+    for proposal in proposals:
+        notifications.notify("review_requested", proposal)
+    counts: list[int] = []
+    lock = threading.Lock()
+
+    def drain():
+        from django.db import connections
+
+        try:
+            told_here = notifications.drain(limit=5)
+            with lock:
+                counts.append(told_here)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=drain) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(counts) == 60
+    assert sorted(pk for _, pk in told) == sorted(p.pk for p in proposals)
+
+
+def test_one_notifier_failing_does_not_stop_the_others(agent, told, drains, settings):
+    settings.NOTIFIERS = [f"{__name__}.Broken", f"{__name__}.Told"]
+    [proposal] = waiting(agent, 1)
+    notifications.notify("review_requested", proposal)
+    assert notifications.drain() == 1
+    assert told == [("review_requested", proposal.pk)]
+    assert not PendingNotification.objects.exists()  # told as far as it could be: not retried
+
+
+class Broken(notifications.Notifier):
+    def send(self, event) -> None:
+        raise RuntimeError("a notifier with a bug")
+
+
+def test_a_lost_wake_up_is_made_good_by_the_periodic_drain(agent_api, told, drains):
+    """A process that died between its commit and its drain request: beat's drain tells."""
+    body = propose(agent_api)  # no on-commit callbacks run: the request never went out
+    assert drains == []
+    assert PendingNotification.objects.filter(proposal_id=body["id"]).exists()
+    from console.celery import app
+
+    registered = app.tasks  # finalizes the app, which sets the schedule
+    schedule = app.conf.beat_schedule["drain-notifications"]
+    assert schedule["task"] == tasks.drain_notifications.name
+    assert schedule["schedule"] <= 30
+    assert registered[schedule["task"]]() == 1
+    assert told == [("review_requested", body["id"])]
+
+
+def test_a_message_of_the_earlier_kind_is_still_told(agent, told):
+    """One message per event, as sent before the outbox: still in a broker after an upgrade."""
+    [proposal] = waiting(agent, 1)
+    tasks.send_notifications("decided", proposal.pk)
+    assert told == [("decided", proposal.pk)]
+
+
+class TestWaker:
+    """A process's drain requests: one message per burst, none lost."""
+
+    @pytest.fixture
+    def sent(self, monkeypatch):
+        sent: list[float] = []
+        monkeypatch.setattr(
+            tasks.drain_notifications, "delay", lambda: sent.append(time.monotonic())
+        )
+        return sent
+
+    def test_a_ring_when_idle_sends_at_once_and_later_rings_share_the_next(self, sent, monkeypatch):
+        monkeypatch.setattr(notifications, "WAKE_INTERVAL_SECONDS", 2.0)
+        waker = notifications._Waker()
+        started = time.monotonic()
+        waker.ring()
+        wait_for(lambda: len(sent) == 1)
+        assert sent[0] - started < 1.0  # not held for the interval
+        for _ in range(20):
+            waker.ring()  # within the interval after a message: they wait for the next
+        time.sleep(0.5)
+        assert len(sent) == 1
+        wait_for(lambda: len(sent) == 2)
+        assert sent[1] - sent[0] >= 2.0
+        time.sleep(2.5)
+        assert len(sent) == 2  # twenty rings, one message
+
+    def test_a_burst_costs_a_message_per_interval_and_its_last_ring_is_answered(
+        self, sent, monkeypatch
+    ):
+        monkeypatch.setattr(notifications, "WAKE_INTERVAL_SECONDS", 0.05)
+        waker = notifications._Waker()
+        rings = 0
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            last_ring = time.monotonic()  # before the ring: what answers it is sent after
+            waker.ring()
+            rings += 1
+            time.sleep(0.001)
+        wait_for(lambda: sent and sent[-1] > last_ring)  # a message after the last ring
+        # About one message per interval (ten in the burst), not one per ring.
+        assert rings > 40
+        assert 2 <= len(sent) <= 13 and len(sent) < rings / 4
+
+    def test_a_process_that_exits_sends_what_it_was_asked_for(self, sent):
+        waker = notifications._Waker()
+        waker._wanted.set()  # rung, and the thread has not sent yet
+        waker._flush()
+        assert len(sent) == 1 and not waker._wanted.is_set()
+
+
+def wait_for(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
