@@ -12,7 +12,9 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from audit.services import actor_label, record
+from console.prepared import PreparedInsert
 from console.roles import is_reviewer
+from console.serializers import Serializer
 from executions import services as executions
 from executions.actions import get_action
 from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
@@ -26,6 +28,7 @@ from .prevalidators import prevalidate
 from .risk import assess
 
 log = logging.getLogger(__name__)
+_insert_proposal = PreparedInsert(Proposal)
 
 
 class ProposalError(Exception):
@@ -43,7 +46,7 @@ class Submission:
     created: bool
 
 
-class EnvelopeSerializer(serializers.Serializer):
+class EnvelopeSerializer(Serializer):
     action = serializers.CharField(max_length=100)
     parameters = serializers.JSONField(default=dict)
     reason = serializers.CharField(max_length=4000, allow_blank=True, default="")
@@ -133,7 +136,7 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     now = timezone.now()
     actor = actor_label(agent)
     with transaction.atomic():
-        proposal = Proposal.objects.create(
+        proposal = _insert_proposal.create(
             agent=agent,
             action=spec.name,
             parameters=parameters,
