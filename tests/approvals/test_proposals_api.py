@@ -314,13 +314,26 @@ def test_a_read_takes_the_same_queries_however_many_decisions(
     _, body = propose(agent_api, DANGEROUS)
     path = f"/api/v1/proposals/{body['id']}"
     agent_api.get(path)  # the token's last-seen time is written at most once a minute
-    with django_assert_num_queries(3):  # the token, the proposal, its decisions
+    with django_assert_num_queries(2):  # the token, the proposal: nobody decided yet
         assert agent_api.get(path).json()["decisions"] == []
     reviewer_api.post(f"{path}/approve", {"comment": "ok"}, format="json")
+    with django_assert_num_queries(3):  # and its decisions
+        assert [d["comment"] for d in agent_api.get(path).json()["decisions"]] == ["ok"]
     reviewer2_api.post(f"{path}/approve", {"comment": "ok too"}, format="json")
     with django_assert_num_queries(3):
         decided = agent_api.get(path).json()
     assert [d["comment"] for d in decided["decisions"]] == ["ok", "ok too"]
+
+
+def test_a_rejection_is_read_with_its_comment(agent_api, reviewer_api, django_assert_num_queries):
+    _, body = propose(agent_api, RISKY)
+    path = f"/api/v1/proposals/{body['id']}"
+    reviewer_api.post(f"{path}/reject", {"comment": "not on prod"}, format="json")
+    agent_api.get(path)
+    with django_assert_num_queries(3):
+        rejected = agent_api.get(path).json()
+    assert rejected["status"] == "rejected" and rejected["approvals"] == 0
+    assert [(d["kind"], d["comment"]) for d in rejected["decisions"]] == [("reject", "not on prod")]
 
 
 @pytest.mark.parametrize("body", [PRINT_HI, RISKY], ids=["auto-approved", "pending"])
