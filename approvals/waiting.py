@@ -13,6 +13,10 @@ one thread with one database connection, and wakes the calls whose proposal
 changed. A thousand waiting agents cost one query per change and no database
 connection each (PostgreSQL's default allows 100), and a decision reaches its
 waiters as soon as it is broadcast, not at the next tick of a poll.
+
+The watcher outlives its last waiter by ``LINGER_SECONDS``: an agent that
+polls call after call finds it subscribed, with its thread and connection,
+instead of paying for a new subscription and connection each time.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from .models import Proposal
 
 log = logging.getLogger(__name__)
 SAFETY_SECONDS = 1.0  # a read even without a message: broadcasts are at-most-once
+RECEIVE_RETRY_SECONDS = 1.0  # after the channel layer failed a receive
+LINGER_SECONDS = 30.0  # how long the watcher stays up, subscribed, with nobody waiting
 ENDED = (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED)
 
 Fingerprint = tuple  # (status, approvals, execution id, execution status)
@@ -69,6 +75,7 @@ class ProposalWatcher:
 
     def __init__(self, interval: float = SAFETY_SECONDS):
         self.interval = interval
+        self.linger = LINGER_SECONDS
         self._waiters: dict[int, dict[asyncio.Future, Fingerprint]] = defaultdict(dict)
         self._task: asyncio.Task | None = None
         self._kick = asyncio.Event()
@@ -100,7 +107,7 @@ class ProposalWatcher:
                 if not waiting:
                     del self._waiters[pk]
             if not self._waiters:
-                self._kick.set()  # the watcher ends instead of waiting for a change
+                self._kick.set()  # the watcher starts its linger (or ends) now
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -110,18 +117,27 @@ class ProposalWatcher:
         try:
             await changes.subscribe()
             message = None  # the first pass reads
+            idle_since: float | None = None
             while True:
                 self._kick.clear()
+                timeout = self.interval
                 if not self._waiters:
-                    break
-                if not self._wake_named(message):
-                    try:
-                        current = await loop.run_in_executor(executor, _read, list(self._waiters))
-                    except Exception:
-                        log.exception("watching proposals for long-polls failed; retrying")
-                        current = {}
-                    self._wake(current)
-                message = await changes.next(self._kick, self.interval)
+                    idle_since = idle_since or time.monotonic()
+                    left = idle_since + self.linger - time.monotonic()
+                    if left <= 0:
+                        break
+                    timeout = min(timeout, left)
+                else:
+                    idle_since = None
+                    if not self._wake_named(message):
+                        try:
+                            watched = list(self._waiters)
+                            current = await loop.run_in_executor(executor, _read, watched)
+                        except Exception:
+                            log.exception("watching proposals for long-polls failed; retrying")
+                            current = {}
+                        self._wake(current)
+                message = await changes.next(self._kick, timeout)
         finally:
             # Before any await: a waiter that registers from now on starts a new watcher.
             if self._task is asyncio.current_task():
@@ -171,6 +187,7 @@ class _Changes:
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self._receiving: asyncio.Future | None = None
+        self._retry_at = 0.0  # after a failed receive (the layer away), not before this
 
     async def subscribe(self) -> None:
         if self.layer is None:
@@ -186,16 +203,25 @@ class _Changes:
         """The message of a broadcast change; None on a kick or after ``timeout`` seconds."""
         waits = [asyncio.ensure_future(kick.wait())]
         if self.channel is not None:
-            if self._receiving is None or self._receiving.done():
-                self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
-            waits.append(self._receiving)
+            retry_in = self._retry_at - time.monotonic()
+            if retry_in > 0:
+                timeout = min(timeout, retry_in)  # receive again then, not a whole timeout later
+            else:
+                if self._receiving is None or self._receiving.done():
+                    self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+                waits.append(self._receiving)
         done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         waits[0].cancel()
         received = self._receiving
         if received not in done or received.cancelled():
             return None
+        self._receiving = None
         if received.exception() is not None:
+            # The layer is away (Redis restarting): a receive fails at once, and
+            # trying again at once would spin the event loop that serves every
+            # request. Until the next try the watcher reads on its safety timer.
             log.warning("channel layer receive failed: %s", received.exception())
+            self._retry_at = time.monotonic() + RECEIVE_RETRY_SECONDS
             return None
         return received.result()
 

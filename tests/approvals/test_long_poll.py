@@ -7,6 +7,7 @@ what was committed, as in production.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 import time
 
@@ -18,8 +19,16 @@ from approvals import services, waiting
 from approvals.models import Proposal
 from executions.broadcast import PROPOSALS_GROUP, broadcast
 from tests.approvals.test_proposals_api import RISKY, propose
+from tests.serving import free_port
+from tests.support import have, port_open, require, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def no_linger(monkeypatch):
+    """These tests follow the watcher's life call by call: it ends with its last waiter."""
+    monkeypatch.setattr(waiting, "LINGER_SECONDS", 0)
 
 
 def later(delay: float, action) -> threading.Thread:
@@ -135,6 +144,37 @@ def test_many_waiters_share_one_read_per_change_and_idle_costs_nothing(agent, mo
     assert all(still_waiting)
 
 
+def test_the_watcher_outlives_its_last_waiter_for_the_next_call_then_stops(agent, monkeypatch):
+    monkeypatch.setattr(waiting, "LINGER_SECONDS", 1.0)
+    pk = services.submit(agent, RISKY).proposal.pk
+    seen = waiting.fingerprints([pk])[pk]
+    subscriptions = []
+    subscribe = waiting._Changes.subscribe
+
+    async def counted(self):
+        subscriptions.append(self)
+        await subscribe(self)
+
+    monkeypatch.setattr(waiting._Changes, "subscribe", counted)
+
+    async def main():
+        watcher = waiting.watcher()
+        assert not await watcher.wait_for_change(pk, seen, timeout=0.05)
+        lingering = watcher._task
+        await asyncio.sleep(0.3)
+        assert watcher._task is lingering and not lingering.done()  # nobody waits: still up
+        assert not await watcher.wait_for_change(pk, seen, timeout=0.05)  # the next call
+        assert watcher._task is lingering
+        started = time.monotonic()
+        await wind_down(watcher)  # returns once the linger is over
+        return time.monotonic() - started, watcher._task
+
+    waited, task = asyncio.run(main())
+    assert 0.7 < waited < 5, waited
+    assert task is None
+    assert len(subscriptions) == 1  # two calls, one subscription
+
+
 def test_the_watcher_stops_when_nobody_waits(agent):
     pk = services.submit(agent, RISKY).proposal.pk
     seen = waiting.fingerprints([pk])[pk]
@@ -198,7 +238,7 @@ def test_other_methods_with_wait_answer_at_once(agent_api, method):
 
 
 def test_waiters_keep_waking_after_the_request_that_started_the_watcher_ended(
-    agent_and_token, reviewer
+    agent_and_token, reviewer, monkeypatch
 ):
     # The watcher and the channel layer's poller start inside the first waiting
     # request. Were they to keep that request's context, they would lose its
@@ -214,7 +254,8 @@ def test_waiters_keep_waking_after_the_request_that_started_the_watcher_ended(
 
     async def main():
         waiting.watcher().interval = 3600
-        get_channel_layer().poll_interval = 3600
+        # The layer is the process's: the next tests get its own interval back.
+        monkeypatch.setattr(get_channel_layer(), "poll_interval", 3600)
         short = HttpCommunicator(
             application, "GET", f"/api/v1/proposals/{first}?wait=1", headers=headers
         )
@@ -353,3 +394,53 @@ def test_a_late_message_of_an_old_state_does_not_end_a_wait(agent_and_token):
     assert response["status"] == 200
     assert b'"status":"pending"' in response["body"].replace(b" ", b"")
     assert elapsed >= 1.9, f"answered after {elapsed:.2f} s without a change"
+
+
+def test_the_watcher_does_not_spin_while_the_channel_layer_is_away(agent, settings, monkeypatch):
+    """Redis going away under a subscribed watcher: a failed receive is retried once a second."""
+    require(have("redis-server"), "this test starts its own redis-server")
+    monkeypatch.setattr(waiting, "LINGER_SECONDS", 5)
+    port = free_port()
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: port_open("127.0.0.1", port), 10)
+        settings.CHANNEL_LAYERS = {
+            "default": {
+                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                "CONFIG": {"hosts": [f"redis://127.0.0.1:{port}/0"]},
+            }
+        }
+        pk = services.submit(agent, RISKY).proposal.pk
+        seen = waiting.fingerprints([pk])[pk]
+        receives: list[float] = []
+
+        async def main():
+            layer = get_channel_layer()
+            receive = layer.receive
+
+            async def counted(channel):
+                receives.append(time.monotonic())
+                return await receive(channel)
+
+            layer.receive = counted
+            watcher = waiting.watcher()
+            call = asyncio.create_task(watcher.wait_for_change(pk, seen, timeout=3.5))
+            await asyncio.sleep(0.5)  # subscribed and receiving
+            assert receives, "the watcher is not listening"
+            redis.terminate()
+            redis.wait()
+            away = time.monotonic()
+            assert not await call  # nothing changed; the call waited out its time
+            await asyncio.sleep(1.0)  # lingering, nobody waiting
+            watcher._task.cancel()
+            return away
+
+        away = asyncio.run(main())
+        while_away = [at for at in receives if at >= away]
+        assert 1 <= len(while_away) <= 6, len(while_away)  # about one a second, not a spin
+    finally:
+        redis.kill()
+        redis.wait()
