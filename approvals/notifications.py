@@ -420,6 +420,7 @@ class _Waker:
 
     def __init__(self):
         self._wanted = threading.Event()
+        self._failing = False  # the broker refused the last message: said once per outage
         self._thread = threading.Thread(target=self._run, name="notification-waker", daemon=True)
         self._thread.start()
         atexit.register(self._flush)
@@ -440,14 +441,22 @@ class _Waker:
             self._wanted.clear()
             self._send()
 
-    @staticmethod
-    def _send() -> None:
+    def _send(self) -> None:
         from .tasks import drain_notifications
 
         try:
             drain_notifications.delay()
         except Exception:
-            log.exception("could not ask for a notification drain; the periodic drain will")
+            if not self._failing:
+                log.exception(
+                    "could not ask for a notification drain (said once until the broker "
+                    "answers again); the events wait in the outbox for the periodic drain"
+                )
+            self._failing = True
+            return
+        if self._failing:
+            log.warning("notification drains are asked for again")
+            self._failing = False
 
 
 _wakers: dict[int, _Waker] = {}

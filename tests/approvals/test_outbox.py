@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import timedelta
@@ -228,6 +229,27 @@ class TestWaker:
         waker._wanted.set()  # rung, and the thread has not sent yet
         waker._flush()
         assert len(sent) == 1 and not waker._wanted.is_set()
+
+    def test_a_broker_away_is_logged_once_until_it_answers_again(self, monkeypatch, caplog):
+        answers = iter([OSError("broker away")] * 3 + [None, OSError("away again")])
+
+        def delay():
+            answer = next(answers)
+            if answer is not None:
+                raise answer
+
+        monkeypatch.setattr(tasks.drain_notifications, "delay", delay)
+        waker = notifications._Waker.__new__(notifications._Waker)  # no thread: sends by hand
+        waker._failing = False
+        with caplog.at_level(logging.WARNING, logger=notifications.__name__):
+            for _ in range(5):
+                waker._send()
+        said = [(r.levelname, r.getMessage().split(" (")[0]) for r in caplog.records]
+        assert said == [
+            ("ERROR", "could not ask for a notification drain"),
+            ("WARNING", "notification drains are asked for again"),
+            ("ERROR", "could not ask for a notification drain"),
+        ]
 
 
 def wait_for(condition, timeout: float = 5.0) -> None:
