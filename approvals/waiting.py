@@ -86,6 +86,12 @@ class ProposalWatcher:
 
     async def wait_for_change(self, pk: int, seen: Fingerprint, timeout: float) -> bool:
         """True when the proposal changed from ``seen`` within ``timeout`` seconds."""
+        return await self.next_state(pk, seen, timeout) is not None
+
+    async def next_state(self, pk: int, seen: Fingerprint, timeout: float) -> Fingerprint | None:
+        """The fingerprint that woke the call (read, or told by a message; a message may be
+        late, so only what cannot change any more is certain); None after ``timeout`` seconds.
+        """
         future = asyncio.get_running_loop().create_future()
         self._waiters[pk][future] = seen
         self._kick.set()  # read soon: it may have changed since the caller's read
@@ -96,10 +102,9 @@ class ProposalWatcher:
                 self._run(), name="proposal-watcher", context=contextvars.Context()
             )
         try:
-            await asyncio.wait_for(future, timeout)
-            return True
+            return await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            return False
+            return None
         finally:
             waiting = self._waiters.get(pk)
             if waiting is not None:
@@ -155,19 +160,19 @@ class ProposalWatcher:
         if kind == "proposal.changed" and all(field in message for field in _FINGERPRINT):
             now = tuple(message[field] for field in _FINGERPRINT)
             waiting = self._waiters.get(message["proposal_id"], {})
-            woken = [future for future, seen in waiting.items() if seen != now]
+            woken = [(future, now) for future, seen in waiting.items() if seen != now]
         elif kind == "execution.changed" and {"execution_id", "status"} <= message.keys():
             woken = [
-                future
+                (future, (*seen[:3], message["status"]))
                 for waiting in self._waiters.values()
                 for future, seen in waiting.items()
                 if seen[2] == message["execution_id"] and seen[3] != message["status"]
             ]
         else:
             return False
-        for future in woken:
+        for future, now in woken:
             if not future.done():
-                future.set_result(None)
+                future.set_result(now)
         return True
 
     def _wake(self, current: dict[int, Fingerprint]) -> None:
@@ -282,7 +287,12 @@ def long_poll(view):
             return response
 
         async def long_poll() -> bool:
-            return await watcher().wait_for_change(kwargs["pk"], seen, left)
+            """True: woken, ask the view again; False: answer ``response`` as it now is."""
+            now = await watcher().next_state(kwargs["pk"], seen, left)
+            if now is not None and ended_execution(seen, now):
+                retell(response, execution_status=now[3])
+                return False
+            return now is not None
 
         if getattr(request, WAITS_OFF_THREAD, False):
             response.long_poll = long_poll
@@ -297,6 +307,26 @@ def long_poll(view):
     waiting_view.initkwargs = view.initkwargs
     waiting_view.csrf_exempt = True
     return waiting_view
+
+
+def ended_execution(seen: Fingerprint, now: Fingerprint) -> bool:
+    """Whether ``now`` differs from ``seen`` only in that the execution ended.
+
+    Then the answer is known without a read: an ended execution never
+    changes again (even a late message about it is true), its proposal was
+    approved for good, and nothing else the proposal's answer shows depends
+    on the execution. The last wait of every proposal → result ends this way.
+    """
+    return seen[2] is not None and now[:3] == seen[:3] and now[3] in TERMINAL
+
+
+def retell(response, **changed) -> None:
+    """Change fields of a DRF response's data, rendered again if it was rendered."""
+    response.data = {**response.data, **changed}
+    if getattr(response, "is_rendered", False):
+        response.content = response.rendered_content
+        if response.has_header("Content-Length"):
+            response.headers["Content-Length"] = str(len(response.content))
 
 
 def _release() -> None:

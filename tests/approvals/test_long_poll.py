@@ -7,6 +7,7 @@ what was committed, as in production.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import threading
 import time
@@ -18,7 +19,7 @@ from django.db import connection
 from approvals import services, waiting
 from approvals.models import Proposal
 from executions.broadcast import PROPOSALS_GROUP, broadcast
-from tests.approvals.test_proposals_api import RISKY, propose
+from tests.approvals.test_proposals_api import PRINT_HI, RISKY, propose
 from tests.serving import free_port
 from tests.support import have, port_open, require, wait_for
 
@@ -255,7 +256,7 @@ def test_waiters_keep_waking_after_the_request_that_started_the_watcher_ended(
     async def main():
         waiting.watcher().interval = 3600
         # The layer is the process's: the next tests get its own interval back.
-        monkeypatch.setattr(get_channel_layer(), "poll_interval", 3600)
+        monkeypatch.setattr(get_channel_layer(), "poll_interval", 3600, raising=False)
         short = HttpCommunicator(
             application, "GET", f"/api/v1/proposals/{first}?wait=1", headers=headers
         )
@@ -394,6 +395,113 @@ def test_a_late_message_of_an_old_state_does_not_end_a_wait(agent_and_token):
     assert response["status"] == 200
     assert b'"status":"pending"' in response["body"].replace(b" ", b"")
     assert elapsed >= 1.9, f"answered after {elapsed:.2f} s without a change"
+
+
+def start_execution(execution_id: int) -> None:
+    """What a worker does first: claim the execution (queued → running)."""
+    from executions import services as executions
+
+    try:
+        executions.claim(execution_id, "a-worker")
+    finally:
+        connection.close()
+
+
+def end_execution(execution_id: int) -> None:
+    """What a worker does last: finish the execution it claimed as succeeded."""
+    from executions import services as executions
+    from executions.models import Execution
+    from executions.output import ExecutionRecorder
+    from executions.sandboxes.base import RunOutcome
+
+    try:
+        recorder = ExecutionRecorder(execution_id, cap_bytes=1024)
+        recorder.finish()
+        outcome = RunOutcome(exit_code=0, duration_ms=1, backend="local")
+        executions.finish(Execution.objects.get(pk=execution_id), outcome, recorder)
+    finally:
+        connection.close()
+
+
+def counting_views(monkeypatch) -> list[int]:
+    """The proposal reads of the API's view, one entry per run of it."""
+    from approvals import api
+
+    runs = []
+    real = api.proposal_data
+    monkeypatch.setattr(api, "proposal_data", lambda user, pk: runs.append(pk) or real(user, pk))
+    return runs
+
+
+def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_again(
+    agent_and_token, agent_api, monkeypatch
+):
+    """An ended execution never changes again: the message that tells of it is the answer."""
+    from channels.testing import HttpCommunicator
+
+    from console.handler import OneHopASGIHandler
+
+    agent, token = agent_and_token
+    proposal = services.submit(agent, PRINT_HI).proposal
+    assert proposal.status == "approved" and proposal.execution_id
+    start_execution(proposal.execution_id)
+    runs = counting_views(monkeypatch)
+    app = OneHopASGIHandler(threads=2)
+
+    async def main():
+        headers = [(b"authorization", f"Bearer {token}".encode())]
+        path = f"/api/v1/proposals/{proposal.pk}?wait=20"
+        answer = asyncio.create_task(
+            HttpCommunicator(app, "GET", path, headers=headers).get_response(timeout=30)
+        )
+        while not runs:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)  # waiting, having seen it running
+        before_the_end = len(runs)
+        await asyncio.to_thread(end_execution, proposal.execution_id)
+        response = await answer
+        await wind_down(waiting.watcher())
+        return before_the_end, response
+
+    before_the_end, response = asyncio.run(main())
+    assert len(runs) == before_the_end  # the view ran before the wait, not after it
+    assert response["status"] == 200
+    headers = dict(response["headers"])
+    assert int(headers[b"Content-Length"]) == len(response["body"])
+    answered = json.loads(response["body"])
+    assert answered["execution_status"] == "succeeded"
+    assert answered == agent_api.get(f"/api/v1/proposals/{proposal.pk}").json()
+
+
+def test_a_wait_on_a_thread_answers_the_ended_execution_without_a_second_read(
+    agent_api, monkeypatch
+):
+    _, body = propose(agent_api, PRINT_HI)
+    start_execution(body["execution_id"])
+    runs = counting_views(monkeypatch)
+    before_the_end = []
+    ender = later(
+        0.5, lambda: before_the_end.append(len(runs)) or end_execution(body["execution_id"])
+    )
+    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20")
+    ender.join()
+    assert before_the_end[0] >= 1 and len(runs) == before_the_end[0]
+    assert response.json()["execution_status"] == "succeeded"
+    assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+
+
+def test_a_wake_by_the_execution_starting_still_runs_the_view(agent_api, monkeypatch):
+    """Only an end is known without a read: a run that started is read again."""
+    _, body = propose(agent_api, PRINT_HI)
+    runs = counting_views(monkeypatch)
+    before_the_start = []
+    starter = later(
+        0.5, lambda: before_the_start.append(len(runs)) or start_execution(body["execution_id"])
+    )
+    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20")
+    starter.join()
+    assert response.json()["execution_status"] == "running"
+    assert len(runs) > before_the_start[0] >= 1  # before the wait, and after the wake
 
 
 def test_the_watcher_does_not_spin_while_the_channel_layer_is_away(agent, settings, monkeypatch):
