@@ -14,6 +14,10 @@ changed. A thousand waiting agents cost one query per change and no database
 connection each (PostgreSQL's default allows 100), and a decision reaches its
 waiters as soon as it is broadcast, not at the next tick of a poll.
 
+A message that tells of an execution's end is the answer itself (an ended
+execution never changes again): that call answers without asking the view
+again, which is how the last wait of every proposal → result ends.
+
 The watcher outlives its last waiter by ``LINGER_SECONDS``: an agent that
 polls call after call finds it subscribed, with its thread and connection,
 instead of paying for a new subscription and connection each time.
