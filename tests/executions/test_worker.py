@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from approvals.services import submit
 from executions import services
-from executions.models import Execution, OutputChunk, SandboxSession
+from executions.models import Execution, SandboxSession
 from tests import support
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,8 +152,15 @@ def test_a_worker_killed_mid_run_leaves_the_execution_lost_and_nothing_reruns_it
         agent, f"import time\nprint('started {marker}', flush=True)\ntime.sleep(120)\n"
     )
     execution_id = proposal.execution_id
+    # The whole line: print may write the text and its newline apart, and a kill
+    # loses what the recorder had not flushed yet (documented: the last moment).
     wait_for(
-        lambda: OutputChunk.objects.filter(execution_id=execution_id).exists(), 60, worker, "output"
+        lambda: (
+            Execution.objects.get(pk=execution_id).output_text("stdout") == f"started {marker}\n"
+        ),
+        60,
+        worker,
+        "output",
     )
     worker.kill()
 
