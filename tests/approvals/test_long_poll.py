@@ -433,6 +433,15 @@ def counting_views(monkeypatch) -> list[int]:
     return runs
 
 
+def waiting_across(agent_api, pk: int, runs: list[int], step) -> tuple[int, object]:
+    """Long-poll ``pk`` while ``step`` runs 0.5 s in: the view's runs before the step, the answer."""
+    before = []
+    stepper = later(0.5, lambda: before.append(len(runs)) or step())
+    response = agent_api.get(f"/api/v1/proposals/{pk}?wait=20")
+    stepper.join()
+    return before[0], response
+
+
 def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_again(
     agent_and_token, agent_api, monkeypatch
 ):
@@ -479,13 +488,10 @@ def test_a_wait_on_a_thread_answers_the_ended_execution_without_a_second_read(
     _, body = propose(agent_api, PRINT_HI)
     start_execution(body["execution_id"])
     runs = counting_views(monkeypatch)
-    before_the_end = []
-    ender = later(
-        0.5, lambda: before_the_end.append(len(runs)) or end_execution(body["execution_id"])
+    before_the_end, response = waiting_across(
+        agent_api, body["id"], runs, lambda: end_execution(body["execution_id"])
     )
-    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20")
-    ender.join()
-    assert before_the_end[0] >= 1 and len(runs) == before_the_end[0]
+    assert before_the_end >= 1 and len(runs) == before_the_end
     assert response.json()["execution_status"] == "succeeded"
     assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
 
@@ -494,14 +500,11 @@ def test_a_wake_by_the_execution_starting_still_runs_the_view(agent_api, monkeyp
     """Only an end is known without a read: a run that started is read again."""
     _, body = propose(agent_api, PRINT_HI)
     runs = counting_views(monkeypatch)
-    before_the_start = []
-    starter = later(
-        0.5, lambda: before_the_start.append(len(runs)) or start_execution(body["execution_id"])
+    before_the_start, response = waiting_across(
+        agent_api, body["id"], runs, lambda: start_execution(body["execution_id"])
     )
-    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20")
-    starter.join()
     assert response.json()["execution_status"] == "running"
-    assert len(runs) > before_the_start[0] >= 1  # before the wait, and after the wake
+    assert len(runs) > before_the_start >= 1  # before the wait, and after the wake
 
 
 def test_the_watcher_does_not_spin_while_the_channel_layer_is_away(agent, settings, monkeypatch):
