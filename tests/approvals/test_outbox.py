@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from approvals import notifications, tasks
 from approvals.models import PendingNotification, Proposal
+from tests.support import wait_for
 
 MEDIUM = {
     "action": "script.execute",
@@ -196,13 +197,13 @@ class TestWaker:
         waker = notifications._Waker()
         started = time.monotonic()
         waker.ring()
-        wait_for(lambda: len(sent) == 1)
+        wait_for(lambda: len(sent) == 1, 5)
         assert sent[0] - started < 1.0  # not held for the interval
         for _ in range(20):
             waker.ring()  # within the interval after a message: they wait for the next
         time.sleep(0.5)
         assert len(sent) == 1
-        wait_for(lambda: len(sent) == 2)
+        wait_for(lambda: len(sent) == 2, 5)
         assert sent[1] - sent[0] >= 2.0
         time.sleep(2.5)
         assert len(sent) == 2  # twenty rings, one message
@@ -219,7 +220,7 @@ class TestWaker:
             waker.ring()
             rings += 1
             time.sleep(0.001)
-        wait_for(lambda: sent and sent[-1] > last_ring)  # a message after the last ring
+        wait_for(lambda: sent and sent[-1] > last_ring, 5)  # a message after the last ring
         # About one message per interval (ten in the burst), not one per ring.
         assert rings > 40
         assert 2 <= len(sent) <= 13 and len(sent) < rings / 4
@@ -250,10 +251,3 @@ class TestWaker:
             ("WARNING", "notification drains are asked for again"),
             ("ERROR", "could not ask for a notification drain"),
         ]
-
-
-def wait_for(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
