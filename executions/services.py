@@ -21,6 +21,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import record
+from console.prepared import update_returning
 
 from .actions import ActionContext, get_action
 from .actions.base import failed
@@ -140,6 +141,17 @@ def _transition(execution_id: int, source: ExecutionStatus, to: ExecutionStatus,
     )
 
 
+def _take(
+    execution_id: int, source: ExecutionStatus, to: ExecutionStatus, **fields
+) -> Execution | None:
+    """``_transition`` that also answers the row it moved (in the same statement)."""
+    assert to in TRANSITIONS[source], f"{source} -> {to} is not a transition"
+    moved = update_returning(
+        Execution.objects.filter(pk=execution_id, status=source), status=to, **fields
+    )
+    return moved[0] if moved else None
+
+
 def _announce(execution: Execution) -> None:
     # The proposals group first: long-polling agents wait on it.
     broadcast_on_commit(
@@ -176,23 +188,20 @@ def status_message(execution: Execution) -> dict:
 
 def claim(execution_id: int, worker_host: str) -> Execution | None:
     """queued → running, for exactly one worker (of its host, for a host action)."""
-    # Read before the write transaction (whose lock every writer waits for):
-    # only the guarded update decides, and it fails if the row moved meanwhile.
-    execution = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.QUEUED).first()
-    if execution is None:
-        return None
-    if host := elsewhere(execution, worker_host):
-        # A worker consuming another host's queue: the action stays queued for its own host.
-        log.error(
-            "execution %s is for host %s, not %s: left queued", execution_id, host, worker_host
-        )
-        return None
     now = timezone.now()
     fields = {"worker_host": worker_host, "started_at": now, "heartbeat_at": now}
     with transaction.atomic():
-        if not _transition(execution_id, ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, **fields):
+        # One statement decides and reads the row: a worker that lost the race changed nothing.
+        execution = _take(execution_id, ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, **fields)
+        if execution is None:
             return None
-        _set(execution, ExecutionStatus.RUNNING, fields)
+        if host := elsewhere(execution, worker_host):
+            # A worker consuming another host's queue: the action stays queued for its own host.
+            transaction.set_rollback(True)
+            log.error(
+                "execution %s is for host %s, not %s: left queued", execution_id, host, worker_host
+            )
+            return None
         record("system", "execution.running", execution, worker_host=worker_host)
         _announce(execution)
     return execution
@@ -338,7 +347,7 @@ def request_cancel(execution_id: int, actor: str) -> Execution:
     """queued → cancelled at once; running → the worker is told and stops it."""
     with transaction.atomic():
         now = timezone.now()
-        if _transition(
+        if execution := _take(
             execution_id,
             ExecutionStatus.QUEUED,
             ExecutionStatus.CANCELLED,
@@ -346,7 +355,6 @@ def request_cancel(execution_id: int, actor: str) -> Execution:
             cancel_requested_at=now,
             cancel_requested_by=actor,
         ):
-            execution = Execution.objects.get(pk=execution_id)
             record(actor, "execution.cancelled", execution, before="queued")
             _announce(execution)
             return execution
@@ -381,14 +389,13 @@ def sweep() -> dict:
         status=ExecutionStatus.RUNNING, heartbeat_at__lt=dead_before
     ).values_list("pk", flat=True):
         with transaction.atomic():
-            if _transition(
+            if execution := _take(
                 execution_id,
                 ExecutionStatus.RUNNING,
                 ExecutionStatus.LOST,
                 finished_at=now,
                 error="worker stopped heartbeating; not re-run",
             ):
-                execution = Execution.objects.get(pk=execution_id)
                 record("system", "execution.lost", execution, worker_host=execution.worker_host)
                 _announce(execution)
                 lost += 1

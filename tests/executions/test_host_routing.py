@@ -19,6 +19,7 @@ from rest_framework import serializers
 from approvals.models import PolicyVersion
 from approvals.policy import DEFAULT_POLICY, current_policy
 from approvals.services import submit
+from audit.models import AuditEvent
 from executions import services
 from executions.actions import get_action
 from executions.models import Execution
@@ -138,7 +139,9 @@ def test_a_worker_of_another_host_leaves_it_queued_and_its_own_host_runs_it(
     settings.WORKER_HOSTNAME = "host-a"
     assert services.run(proposal.execution_id) is None
     execution = Execution.objects.get(pk=proposal.execution_id)
-    assert (execution.status, execution.worker_host) == ("queued", "")
+    assert (execution.status, execution.worker_host, execution.started_at) == ("queued", "", None)
+    started = AuditEvent.objects.filter(verb="execution.running", object_id=str(execution.pk))
+    assert not started.exists()  # the refused claim rolled back whole
 
     settings.WORKER_HOSTNAME = "host-b"
     services.run(proposal.execution_id)
