@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import monotonic, sleep
 from typing import TypeVar
 
@@ -96,11 +96,38 @@ class ExecutionRecorder(OutputSink):
 
     def finish(self) -> None:
         """Flush everything and stop the flusher; call once, after the run."""
+        rest = self.stop()
+        if rest:
+            self._write(rest)
+
+    def stop(self) -> list[OutputChunk]:
+        """Stop the flusher; answer what it had not written yet, numbered, to ``store``.
+
+        The run's end stores it in the transaction that ends the execution:
+        one commit instead of two, and the output is still told first.
+        """
         self.close()
         with self._wake:
             self._stopping = True
             self._wake.notify()
         self._thread.join()
+        with self._wake:
+            batch, self._pending, self._pending_chars = self._pending, [], 0
+        return self._numbered(batch)
+
+    def store(self, chunks: Sequence[OutputChunk]) -> None:
+        """Insert ``chunks`` with their counters and tell them on commit (inside a transaction)."""
+        if not chunks:
+            return
+        OutputChunk.objects.bulk_create(chunks)
+        Execution.objects.filter(pk=self.execution_id).update(
+            last_seq=chunks[-1].seq,
+            output_bytes=F("output_bytes") + sum(len(c.data.encode()) for c in chunks),
+        )
+        broadcast_on_commit(
+            execution_group(self.execution_id),
+            {"type": "output.chunks", "chunks": [c.as_message() for c in chunks]},
+        )
 
     def _run(self) -> None:
         written_at = float("-inf")
@@ -115,34 +142,26 @@ class ExecutionRecorder(OutputSink):
                         if due <= 0:
                             break
                         self._wake.wait(due)
-                    stopping = self._stopping
+                    if self._stopping:
+                        return  # what is left is ``stop``'s to hand over
                     batch, self._pending, self._pending_chars = self._pending, [], 0
-                if batch:
-                    self._write(batch)
-                    written_at = monotonic()
-                if stopping:
-                    return
+                self._write(self._numbered(batch))
+                written_at = monotonic()
         finally:
             connection.close()
 
-    def _write(self, batch: list[list[str]]) -> None:
+    def _numbered(self, batch: list[list[str]]) -> list[OutputChunk]:
         chunks = []
         for stream, text in batch:
             self.seq += 1
             chunks.append(
                 OutputChunk(execution_id=self.execution_id, seq=self.seq, stream=stream, data=text)
             )
+        return chunks
 
+    def _write(self, chunks: list[OutputChunk]) -> None:
         def write() -> None:
             with transaction.atomic():  # one write: the chunks, the counters, the message
-                OutputChunk.objects.bulk_create(chunks)
-                Execution.objects.filter(pk=self.execution_id).update(
-                    last_seq=chunks[-1].seq,
-                    output_bytes=F("output_bytes") + sum(len(c.data.encode()) for c in chunks),
-                )
-                broadcast_on_commit(
-                    execution_group(self.execution_id),
-                    {"type": "output.chunks", "chunks": [c.as_message() for c in chunks]},
-                )
+                self.store(chunks)
 
         until_committed(write, f"output of execution {self.execution_id}")

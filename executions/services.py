@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 
 from django.conf import settings
@@ -27,7 +28,7 @@ from .actions import ActionContext, get_action
 from .actions.base import failed
 from .broadcast import PROPOSALS_GROUP, broadcast_on_commit, execution_group
 from .choices import TERMINAL, TRANSITIONS, ExecutionStatus
-from .models import Execution
+from .models import Execution, OutputChunk
 from .output import DATABASE_AWAY, ExecutionRecorder, until_committed
 from .sandboxes.base import Limits, RunOutcome
 from .signals import execution_ended
@@ -282,8 +283,8 @@ def run(execution_id: int) -> Execution | None:
         outcome = failed("none", f"internal error: {exc}", recorder, started)
     finally:
         heartbeat.stop()
-        recorder.finish()
-    return finish(execution, outcome, recorder)
+        rest = recorder.stop()
+    return finish(execution, outcome, recorder, rest)
 
 
 def _limit_fields(stored: dict) -> dict:
@@ -300,8 +301,14 @@ def outcome_status(outcome: RunOutcome) -> ExecutionStatus:
     return ExecutionStatus.SUCCEEDED if outcome.success else ExecutionStatus.FAILED
 
 
-def finish(execution: Execution, outcome: RunOutcome, recorder: ExecutionRecorder) -> Execution:
-    """running → a terminal state, with the result contract."""
+def finish(
+    execution: Execution,
+    outcome: RunOutcome,
+    recorder: ExecutionRecorder,
+    rest: Sequence[OutputChunk] = (),
+) -> Execution:
+    """running → a terminal state, with the result contract (and ``rest``, the output the
+    recorder had not written yet: in the same transaction, told before the end)."""
     status = outcome_status(outcome)
     fields = {
         "exit_code": outcome.exit_code,
@@ -316,6 +323,7 @@ def finish(execution: Execution, outcome: RunOutcome, recorder: ExecutionRecorde
 
     def write() -> None:
         with transaction.atomic():
+            recorder.store(rest)
             won = _transition(execution.pk, ExecutionStatus.RUNNING, status, **fields)
             if won:
                 _set(execution, status, fields)

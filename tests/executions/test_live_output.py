@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import transaction
 
 from approvals.services import submit
 from console.asgi import application
 from executions import services
+from tests.support import wait_for
 
 LINES = 40
 PRINT_LINE = {"action": "script.execute", "parameters": {"language": "python", "code": "print(1)"}}
@@ -122,13 +125,23 @@ async def test_a_bad_after_is_refused(agent_and_token):
     assert (connected, code) == (False, 4400)
 
 
+def first_line_written(recorder) -> None:
+    """Emit a first line and wait for its write: at once, after a quiet spell."""
+    from executions.models import OutputChunk
+
+    recorder.emit("stdout", "first\n")
+    wait_for(
+        lambda: OutputChunk.objects.filter(execution_id=recorder.execution_id).exists(),
+        timeout=10,
+        explain=lambda: "(the first line waited for the batching interval)",
+    )
+
+
 @pytest.mark.django_db(transaction=True)
 def test_output_after_a_quiet_spell_is_written_at_once_and_a_stream_in_batches(
     agent_and_token, monkeypatch
 ):
     """The first write does not wait for the batching interval; what follows it does."""
-    import time
-
     from executions import output
     from executions.models import OutputChunk
 
@@ -136,11 +149,7 @@ def test_output_after_a_quiet_spell_is_written_at_once_and_a_stream_in_batches(
     execution_id = submit(agent_and_token[0], PRINT_LINE).proposal.execution_id
     recorder = output.ExecutionRecorder(execution_id, cap_bytes=1 << 20)
     try:
-        recorder.emit("stdout", "first\n")
-        deadline = time.monotonic() + 10
-        while not OutputChunk.objects.filter(execution_id=execution_id).exists():
-            assert time.monotonic() < deadline, "the first line waited for the interval"
-            time.sleep(0.02)
+        first_line_written(recorder)
         recorder.emit("stdout", "second\n")
         recorder.emit("stdout", "third\n")
         time.sleep(0.3)
@@ -171,3 +180,50 @@ async def test_a_follower_gets_everything_even_when_every_broadcast_is_lost(
     assert "".join(m["data"] for m in messages if m["type"] == "chunk") == "a\nb\n"
     assert messages[-1]["status"] == "succeeded"
     await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_output_left_at_the_end_is_written_with_the_end_and_told_before_it(
+    agent_and_token, monkeypatch
+):
+    """The recorder hands what it had not written to the transaction that ends the run."""
+    from executions import output
+    from executions.models import Execution, OutputChunk
+    from executions.sandboxes.base import RunOutcome
+
+    monkeypatch.setattr(output, "FLUSH_INTERVAL_SECONDS", 3600)  # the rest waits for the end
+    told = []
+
+    def tell(group, message):  # what would be broadcast, when it would be
+        transaction.on_commit(lambda: told.append(message["type"]))
+
+    for module in (output, services):
+        monkeypatch.setattr(module, "broadcast_on_commit", tell)
+    execution_id = submit(agent_and_token[0], PRINT_LINE).proposal.execution_id
+    execution = services.claim(execution_id, "a-worker")
+    recorder = output.ExecutionRecorder(execution_id, cap_bytes=1 << 20)
+    first_line_written(recorder)
+    recorder.emit("stdout", "second\n")
+    recorder.emit("stderr", "third\n")
+    rest = recorder.stop()
+    assert [(c.seq, c.stream, c.data) for c in rest] == [
+        (2, "stdout", "second\n"),
+        (3, "stderr", "third\n"),
+    ]
+    assert OutputChunk.objects.filter(execution_id=execution_id).count() == 1  # not written yet
+    told.clear()
+
+    outcome = RunOutcome(exit_code=0, duration_ms=1, backend="local")
+    with monkeypatch.context() as failing:
+        failing.setattr(services, "record", lambda *args, **kwargs: 1 / 0)  # the end fails…
+        with pytest.raises(ZeroDivisionError):
+            services.finish(execution, outcome, recorder, rest)
+    assert OutputChunk.objects.filter(execution_id=execution_id).count() == 1  # …and so does it
+    assert Execution.objects.get(pk=execution_id).status == "running" and told == []
+
+    services.finish(execution, outcome, recorder, rest)
+    stored = Execution.objects.get(pk=execution_id)
+    assert (stored.status, stored.last_seq, stored.output_bytes) == ("succeeded", 3, 19)
+    assert stored.output_text("stdout") == "first\nsecond\n"
+    assert stored.output_text("stderr") == "third\n"
+    assert told == ["output.chunks", "execution.changed", "execution.status"]
