@@ -14,9 +14,10 @@ changed. A thousand waiting agents cost one query per change and no database
 connection each (PostgreSQL's default allows 100), and a decision reaches its
 waiters as soon as it is broadcast, not at the next tick of a poll.
 
-A message that tells of an execution's end is the answer itself (an ended
-execution never changes again): that call answers without asking the view
-again, which is how the last wait of every proposal → result ends.
+A message that tells of an execution moving on (started, ended) is the
+answer itself: once a proposal has its execution nothing else in its answer
+changes, and an execution only moves forward. That call answers without
+asking the view again, which is how the waits of a proposal → result end.
 
 The watcher outlives its last waiter by ``LINGER_SECONDS``: an agent that
 polls call after call finds it subscribed, with its thread and connection,
@@ -41,7 +42,7 @@ from django.db import close_old_connections, connection, connections
 
 from console.handler import WAITS_OFF_THREAD
 from executions.broadcast import PROPOSALS_GROUP
-from executions.choices import TERMINAL
+from executions.choices import TERMINAL, ExecutionStatus
 
 from .choices import ProposalStatus
 from .models import Proposal
@@ -293,7 +294,7 @@ def long_poll(view):
         async def long_poll() -> bool:
             """True: woken, ask the view again; False: answer ``response`` as it now is."""
             now = await watcher().next_state(kwargs["pk"], seen, left)
-            if now is not None and ended_execution(seen, now):
+            if now is not None and execution_moved_on(seen, now):
                 retell(response, execution_status=now[3])
                 return False
             return now is not None
@@ -313,15 +314,22 @@ def long_poll(view):
     return waiting_view
 
 
-def ended_execution(seen: Fingerprint, now: Fingerprint) -> bool:
-    """Whether ``now`` differs from ``seen`` only in that the execution ended.
+def execution_moved_on(seen: Fingerprint, now: Fingerprint) -> bool:
+    """Whether ``now`` differs from ``seen`` only in that the execution moved on.
 
-    Then the answer is known without a read: an ended execution never
-    changes again (even a late message about it is true), its proposal was
-    approved for good, and nothing else the proposal's answer shows depends
-    on the execution. The last wait of every proposal → result ends this way.
+    Then the answer is known without a read. A proposal with an execution
+    was approved for good: nothing else its answer shows changes any more.
+    An execution only moves forward (queued → running → an end), so a status
+    past the one read is news even if the message that tells it is late: the
+    answer is the proposal as it was when the message was sent, and at worst
+    the execution has moved on again since, which the next call reads. Every
+    wait of a proposal → result after the approval ends this way.
     """
-    return seen[2] is not None and now[:3] == seen[:3] and now[3] in TERMINAL
+    return seen[2] is not None and now[:3] == seen[:3] and _progress(now[3]) > _progress(seen[3])
+
+
+def _progress(execution_status: str | None) -> int:
+    return {ExecutionStatus.QUEUED: 0, ExecutionStatus.RUNNING: 1}.get(execution_status, 2)
 
 
 def retell(response, **changed) -> None:

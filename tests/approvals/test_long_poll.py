@@ -433,11 +433,13 @@ def counting_views(monkeypatch) -> list[int]:
     return runs
 
 
-def waiting_across(agent_api, pk: int, runs: list[int], step) -> tuple[int, object]:
+def waiting_across(
+    agent_api, pk: int, runs: list[int], step, wait: float = 20
+) -> tuple[int, object]:
     """Long-poll ``pk`` while ``step`` runs 0.5 s in: the view's runs before the step, the answer."""
     before = []
     stepper = later(0.5, lambda: before.append(len(runs)) or step())
-    response = agent_api.get(f"/api/v1/proposals/{pk}?wait=20")
+    response = agent_api.get(f"/api/v1/proposals/{pk}?wait={wait}")
     stepper.join()
     return before[0], response
 
@@ -496,15 +498,33 @@ def test_a_wait_on_a_thread_answers_the_ended_execution_without_a_second_read(
     assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
 
 
-def test_a_wake_by_the_execution_starting_still_runs_the_view(agent_api, monkeypatch):
-    """Only an end is known without a read: a run that started is read again."""
+def test_a_wait_woken_by_the_execution_starting_answers_without_a_second_read(
+    agent_api, monkeypatch
+):
+    """An execution only moves forward: the message that it started is the answer too."""
     _, body = propose(agent_api, PRINT_HI)
     runs = counting_views(monkeypatch)
     before_the_start, response = waiting_across(
         agent_api, body["id"], runs, lambda: start_execution(body["execution_id"])
     )
+    assert before_the_start >= 1 and len(runs) == before_the_start
     assert response.json()["execution_status"] == "running"
-    assert len(runs) > before_the_start >= 1  # before the wait, and after the wake
+    assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+
+
+def test_a_late_message_of_an_earlier_execution_status_is_read_again(agent_api, monkeypatch):
+    """A message may be late: one that names a status the call has seen pass is only a hint."""
+    _, body = propose(agent_api, PRINT_HI)
+    start_execution(body["execution_id"])
+    runs = counting_views(monkeypatch)
+    late = {"type": "execution.changed", "execution_id": body["execution_id"], "status": "queued"}
+    started = time.monotonic()
+    before_the_message, response = waiting_across(
+        agent_api, body["id"], runs, lambda: broadcast(PROPOSALS_GROUP, late), wait=2
+    )
+    assert time.monotonic() - started >= 1.9  # it waited on: nothing changed
+    assert len(runs) > before_the_message >= 1  # the view read again after the wake
+    assert response.json()["execution_status"] == "running"
 
 
 def test_the_watcher_does_not_spin_while_the_channel_layer_is_away(agent, settings, monkeypatch):
