@@ -15,12 +15,14 @@ import threading
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.db import connection, transaction
 
 log = logging.getLogger(__name__)
 
 PROPOSALS_GROUP = "proposals"
 SEND_TIMEOUT_SECONDS = 5
+REDIS_LAYERS = (RedisChannelLayer, RedisPubSubChannelLayer)
 
 
 def execution_group(execution_id: int) -> str:
@@ -34,10 +36,10 @@ def broadcast(group: str, message: dict) -> None:
     try:
         # A layer that can send from a plain thread skips async_to_sync's
         # event loop and thread hops (the embedded one writes a row and rings).
-        send_now = getattr(layer, "group_send_from_thread", None)
+        send_now = _own_method(layer, "group_send_from_thread")
         if send_now is not None and send_now(group, message):
             return
-        if isinstance(layer, RedisChannelLayer) and not _on_a_loop():
+        if isinstance(layer, REDIS_LAYERS) and not _on_a_loop():
             # Queued for the process's sender loop, whose Redis connections
             # stay open (async_to_sync would make a loop, and so a connection,
             # per send), which sends in order while the caller goes on: a
@@ -57,11 +59,20 @@ def broadcast_on_commit(group: str, message: dict) -> None:
     rung, at the commit); any other layer sends after the commit.
     """
     layer = get_channel_layer()
-    stage = getattr(layer, "group_send_in_transaction", None)
+    stage = _own_method(layer, "group_send_in_transaction")
     if stage is not None and connection.in_atomic_block:
         stage(group, message)
         return
     transaction.on_commit(lambda: broadcast(group, message))
+
+
+def _own_method(layer, name: str):
+    """The layer's method ``name`` if its class has one, else None.
+
+    Asked of the class: the pub/sub layer answers any attribute it lacks from
+    its per-loop layer, which a plain thread has none of (it would raise).
+    """
+    return getattr(layer, name) if hasattr(type(layer), name) else None
 
 
 def _on_a_loop() -> bool:

@@ -7,6 +7,7 @@ what was committed, as in production.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import threading
@@ -527,23 +528,42 @@ def test_a_late_message_of_an_earlier_execution_status_is_read_again(agent_api, 
     assert response.json()["execution_status"] == "running"
 
 
+@contextlib.contextmanager
+def own_redis(settings, layer: str):
+    """A redis-server of the test's own as the channel layer: yields (stop, start) it."""
+    require(have("redis-server"), "this test starts its own redis-server")
+    port = free_port()
+    servers: list[subprocess.Popen] = []
+
+    def start() -> None:
+        servers.append(
+            subprocess.Popen(
+                ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+                stdout=subprocess.DEVNULL,
+            )
+        )
+        wait_for(lambda: port_open("127.0.0.1", port), 10)
+
+    def stop() -> None:
+        servers[-1].terminate()
+        servers[-1].wait()
+
+    start()
+    try:
+        settings.CHANNEL_LAYERS = {
+            "default": {"BACKEND": layer, "CONFIG": {"hosts": [f"redis://127.0.0.1:{port}/0"]}}
+        }
+        yield stop, start
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+
+
 def test_the_watcher_does_not_spin_while_the_channel_layer_is_away(agent, settings, monkeypatch):
     """Redis going away under a subscribed watcher: a failed receive is retried once a second."""
-    require(have("redis-server"), "this test starts its own redis-server")
     monkeypatch.setattr(waiting, "LINGER_SECONDS", 5)
-    port = free_port()
-    redis = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(lambda: port_open("127.0.0.1", port), 10)
-        settings.CHANNEL_LAYERS = {
-            "default": {
-                "BACKEND": "channels_redis.core.RedisChannelLayer",
-                "CONFIG": {"hosts": [f"redis://127.0.0.1:{port}/0"]},
-            }
-        }
+    with own_redis(settings, "channels_redis.core.RedisChannelLayer") as (stop, _):
         pk = services.submit(agent, RISKY).proposal.pk
         seen = waiting.fingerprints([pk])[pk]
         receives: list[float] = []
@@ -561,8 +581,7 @@ def test_the_watcher_does_not_spin_while_the_channel_layer_is_away(agent, settin
             call = asyncio.create_task(watcher.wait_for_change(pk, seen, timeout=3.5))
             await asyncio.sleep(0.5)  # subscribed and receiving
             assert receives, "the watcher is not listening"
-            redis.terminate()
-            redis.wait()
+            stop()
             away = time.monotonic()
             assert not await call  # nothing changed; the call waited out its time
             await asyncio.sleep(1.0)  # lingering, nobody waiting
@@ -572,6 +591,34 @@ def test_the_watcher_does_not_spin_while_the_channel_layer_is_away(agent, settin
         away = asyncio.run(main())
         while_away = [at for at in receives if at >= away]
         assert 1 <= len(while_away) <= 6, len(while_away)  # about one a second, not a spin
-    finally:
-        redis.kill()
-        redis.wait()
+
+
+def test_a_watcher_hears_messages_again_once_redis_is_back(agent, settings, monkeypatch):
+    """The deployment's layer (pub/sub) subscribes again when Redis restarts under it."""
+    monkeypatch.setattr(waiting, "LINGER_SECONDS", 0)
+    with own_redis(settings, settings.REDIS_CHANNEL_LAYER) as (stop, start):
+        pk = services.submit(agent, RISKY).proposal.pk
+        seen = waiting.fingerprints([pk])[pk]
+        told = {  # a state only the message tells: the database still says pending
+            "type": "proposal.changed",
+            "proposal_id": pk,
+            "status": "approved",
+            "approvals": 1,
+            "execution_id": None,
+            "execution_status": None,
+        }
+
+        async def main():
+            watcher = waiting.watcher()
+            call = asyncio.create_task(watcher.next_state(pk, seen, timeout=20))
+            await asyncio.sleep(0.5)  # subscribed
+            await asyncio.to_thread(stop)
+            await asyncio.to_thread(start)
+            while not call.done():  # a message sent before it subscribed again is lost
+                await asyncio.to_thread(broadcast, PROPOSALS_GROUP, told)
+                await asyncio.sleep(0.25)
+            now = await call
+            await wind_down(watcher)
+            return now
+
+        assert asyncio.run(main()) == ("approved", 1, None, None)

@@ -6,15 +6,18 @@ import asyncio
 import os
 import uuid
 
+import pytest
 from channels_redis.core import RedisChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 
 from executions import broadcast
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
-def test_thread_broadcasts_reach_a_subscriber_in_order_through_one_sender(monkeypatch):
-    layer = RedisChannelLayer(hosts=[REDIS_URL], prefix=f"airlock-test-{uuid.uuid4().hex}")
+@pytest.mark.parametrize("layer_class", [RedisPubSubChannelLayer, RedisChannelLayer])
+def test_thread_broadcasts_reach_a_subscriber_in_order_through_one_sender(monkeypatch, layer_class):
+    layer = layer_class(hosts=[REDIS_URL], prefix=f"airlock-test-{uuid.uuid4().hex}")
     monkeypatch.setattr(broadcast, "get_channel_layer", lambda: layer)
     sent_on = []
 
