@@ -12,6 +12,11 @@ table of medians and p95s and the overhead ratio.
 ``--scale`` runs the same against the scale deployment's parts: PostgreSQL
 (a database made for the run and dropped after it) and Redis as the broker
 and channel layer (``--database-url``, ``--redis-url``).
+
+``--against DIR`` compares this checkout with another one (say, ``git
+worktree add /tmp/before HEAD~1``): both deployments run at once and the
+proposals alternate between them, so each pair meets the host in the same
+moment; it prints both and the median of the pairs' differences.
 """
 
 from __future__ import annotations
@@ -50,11 +55,11 @@ def direct(backend: str) -> float:
 
 
 @contextlib.contextmanager
-def scale_env(database_url: str, redis_url: str):
+def scale_env(database_url: str, redis_url: str, tag: str = ""):
     """Environment for serve on a fresh PostgreSQL database and the given Redis."""
     import psycopg
 
-    name = f"airlock_bench_{os.getpid()}"
+    name = f"airlock_bench_{os.getpid()}{tag}"
     admin = database_url.rsplit("/", 1)[0] + "/postgres"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
@@ -77,20 +82,31 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--backend", default="local")
     parser.add_argument("--scale", action="store_true", help="PostgreSQL + Redis")
+    parser.add_argument("--against", type=Path, help="another checkout to compare, run alongside")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
     args = parser.parse_args()
+    checkouts = {"this checkout": ROOT}
+    if args.against:
+        checkouts[f"{args.against}"] = args.against.resolve()
     with contextlib.ExitStack() as stack:
-        data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="airlock-bench-"))
-        env = (
-            stack.enter_context(scale_env(args.database_url, args.redis_url)) if args.scale else {}
-        )
-        server = start_server(Path(data_dir), backend=args.backend, extra_env=env)
-        try:
+        servers = {}
+        for index, (name, checkout) in enumerate(checkouts.items()):
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="airlock-bench-"))
+            env = {}
+            if args.scale:
+                redis_url = args.redis_url.rsplit("/", 1)[0] + f"/{13 - index}"
+                env = stack.enter_context(scale_env(args.database_url, redis_url, f"_{index}"))
+            server = start_server(
+                Path(data_dir), backend=args.backend, extra_env=env, checkout=checkout
+            )
+            stack.callback(server.stop)
             through_airlock(server)  # warm-up
-            airlock = [through_airlock(server) for _ in range(args.runs)]
-        finally:
-            server.stop()
+            servers[name] = server
+        times = {name: [] for name in servers}
+        for run in range(args.runs):
+            for name in sorted(servers, reverse=bool(run % 2)):  # who goes first alternates
+                times[name].append(through_airlock(servers[name]))
     direct(args.backend)
     sandbox = [direct(args.backend) for _ in range(args.runs)]
     deployment = "scale (PostgreSQL + Redis)" if args.scale else "embedded (SQLite)"
@@ -98,10 +114,22 @@ def main() -> None:
     print("| path | p50 ms | p95 ms | p50 vs sandbox |")
     print("|---|---|---|---|")
     base_p50 = statistics.median(sandbox)
-    for name, values in [("sandbox run only", sandbox), ("proposal → result via API", airlock)]:
+    rows = [("sandbox run only", sandbox)]
+    rows += [(f"proposal → result via API ({name})", values) for name, values in times.items()]
+    if not args.against:
+        rows[1] = ("proposal → result via API", times["this checkout"])
+    for name, values in rows:
         p50 = statistics.median(values)
         p95 = percentile(values, 0.95)
         print(f"| {name} | {p50 * 1000:.1f} | {p95 * 1000:.1f} | {p50 / base_p50:.1f}× |")
+    if args.against:
+        ours, theirs = times.values()
+        differences = [a - b for a, b in zip(ours, theirs, strict=True)]
+        faster = sum(d < 0 for d in differences)
+        print(
+            f"\nthis checkout − {args.against}, per pair: median "
+            f"{statistics.median(differences) * 1000:+.1f} ms; faster in {faster} of {len(differences)}"
+        )
 
 
 if __name__ == "__main__":
