@@ -134,18 +134,11 @@ def enqueue(execution_id: int, queue: str) -> bool:
     return True
 
 
-def _transition(execution_id: int, source: ExecutionStatus, to: ExecutionStatus, **fields) -> bool:
-    """One guarded update: True if this caller moved the execution from ``source`` to ``to``."""
-    assert to in TRANSITIONS[source], f"{source} -> {to} is not a transition"
-    return bool(
-        Execution.objects.filter(pk=execution_id, status=source).update(status=to, **fields)
-    )
-
-
 def _take(
     execution_id: int, source: ExecutionStatus, to: ExecutionStatus, **fields
 ) -> Execution | None:
-    """``_transition`` that also answers the row it moved (in the same statement)."""
+    """One guarded update: the execution as this caller moved it from ``source`` to ``to``
+    (read by the same statement), or None if it was not in ``source`` any more."""
     assert to in TRANSITIONS[source], f"{source} -> {to} is not a transition"
     moved = update_returning(
         Execution.objects.filter(pk=execution_id, status=source), status=to, **fields
@@ -206,13 +199,6 @@ def claim(execution_id: int, worker_host: str) -> Execution | None:
         record("system", "execution.running", execution, worker_host=worker_host)
         _announce(execution)
     return execution
-
-
-def _set(execution: Execution, status: ExecutionStatus, fields: dict) -> None:
-    """What a won transition wrote, on the object in hand (no second read)."""
-    execution.status = status
-    for name, value in fields.items():
-        setattr(execution, name, value)
 
 
 class Heartbeat(threading.Thread):
@@ -321,34 +307,31 @@ def finish(
         "last_seq": recorder.seq,
     }
 
-    def write() -> None:
+    def write() -> Execution:
         with transaction.atomic():
             recorder.store(rest)
-            won = _transition(execution.pk, ExecutionStatus.RUNNING, status, **fields)
-            if won:
-                _set(execution, status, fields)
-            else:
+            ended = _take(execution.pk, ExecutionStatus.RUNNING, status, **fields)
+            if ended is None:
                 execution.refresh_from_db()
-            if won:
-                record(
-                    "system",
-                    f"execution.{status}",
-                    execution,
-                    exit_code=outcome.exit_code,
-                    duration_ms=outcome.duration_ms,
-                    truncated=recorder.truncated,
-                )
-                _announce(execution)
-            else:
                 log.warning(
                     "execution %s ended as %s after being %s",
                     execution.pk,
                     status,
                     execution.status,
                 )
+                return execution
+            record(
+                "system",
+                f"execution.{status}",
+                ended,
+                exit_code=outcome.exit_code,
+                duration_ms=outcome.duration_ms,
+                truncated=recorder.truncated,
+            )
+            _announce(ended)
+            return ended
 
-    until_committed(write, f"the end of execution {execution.pk}")
-    return execution
+    return until_committed(write, f"the end of execution {execution.pk}")
 
 
 def request_cancel(execution_id: int, actor: str) -> Execution:
