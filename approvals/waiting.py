@@ -328,8 +328,11 @@ def execution_moved_on(seen: Fingerprint, now: Fingerprint) -> bool:
     return seen[2] is not None and now[:3] == seen[:3] and _progress(now[3]) > _progress(seen[3])
 
 
+_PROGRESS = {ExecutionStatus.QUEUED: 0, ExecutionStatus.RUNNING: 1}  # any other status: an end
+
+
 def _progress(execution_status: str | None) -> int:
-    return {ExecutionStatus.QUEUED: 0, ExecutionStatus.RUNNING: 1}.get(execution_status, 2)
+    return _PROGRESS.get(execution_status, 2)
 
 
 def retell(response, **changed) -> None:
