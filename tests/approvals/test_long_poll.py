@@ -485,31 +485,24 @@ def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_a
     assert answered == agent_api.get(f"/api/v1/proposals/{proposal.pk}").json()
 
 
-def test_a_wait_on_a_thread_answers_the_ended_execution_without_a_second_read(
-    agent_api, monkeypatch
+@pytest.mark.parametrize(
+    ("started", "step", "status"),
+    [(True, end_execution, "succeeded"), (False, start_execution, "running")],
+    ids=["ended", "started"],
+)
+def test_a_wait_on_a_thread_woken_by_the_execution_moving_on_answers_without_a_second_read(
+    agent_api, monkeypatch, started, step, status
 ):
+    """An execution only moves forward: the message that it started or ended is the answer."""
     _, body = propose(agent_api, PRINT_HI)
-    start_execution(body["execution_id"])
+    if started:
+        start_execution(body["execution_id"])
     runs = counting_views(monkeypatch)
-    before_the_end, response = waiting_across(
-        agent_api, body["id"], runs, lambda: end_execution(body["execution_id"])
+    before_the_step, response = waiting_across(
+        agent_api, body["id"], runs, lambda: step(body["execution_id"])
     )
-    assert before_the_end >= 1 and len(runs) == before_the_end
-    assert response.json()["execution_status"] == "succeeded"
-    assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
-
-
-def test_a_wait_woken_by_the_execution_starting_answers_without_a_second_read(
-    agent_api, monkeypatch
-):
-    """An execution only moves forward: the message that it started is the answer too."""
-    _, body = propose(agent_api, PRINT_HI)
-    runs = counting_views(monkeypatch)
-    before_the_start, response = waiting_across(
-        agent_api, body["id"], runs, lambda: start_execution(body["execution_id"])
-    )
-    assert before_the_start >= 1 and len(runs) == before_the_start
-    assert response.json()["execution_status"] == "running"
+    assert before_the_step >= 1 and len(runs) == before_the_step
+    assert response.json()["execution_status"] == status
     assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
 
 
