@@ -114,10 +114,9 @@ def main() -> None:
     print("| path | p50 ms | p95 ms | p50 vs sandbox |")
     print("|---|---|---|---|")
     base_p50 = statistics.median(sandbox)
+    label = "proposal → result via API"
     rows = [("sandbox run only", sandbox)]
-    rows += [(f"proposal → result via API ({name})", values) for name, values in times.items()]
-    if not args.against:
-        rows[1] = ("proposal → result via API", times["this checkout"])
+    rows += [(f"{label} ({name})" if args.against else label, v) for name, v in times.items()]
     for name, values in rows:
         p50 = statistics.median(values)
         p95 = percentile(values, 0.95)
