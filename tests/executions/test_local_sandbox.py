@@ -365,9 +365,59 @@ def test_closing_the_sandbox_ends_its_pre_started_interpreters():
     while not sandbox._warm:  # the replacement for the one just used
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    warm = list(sandbox._warm.values())
+    warm = [process for kept in sandbox._warm.values() for process in kept]
     sandbox.close()
-    assert all(process.poll() is not None for process in warm)
+    assert warm and all(process.poll() is not None for process in warm)
+
+
+def _kept(sandbox, key, count):
+    """Wait until ``count`` interpreters are pre-started for ``key`` and none is starting."""
+    deadline = time.monotonic() + 15
+    while len(sandbox._warm.get(key, ())) != count or key in sandbox._warming:
+        assert time.monotonic() < deadline, (sandbox._warm, sandbox._warming)
+        time.sleep(0.02)
+
+
+def test_a_used_interpreter_is_replaced_after_its_run_unless_none_is_left():
+    sandbox = LocalSandbox()
+    limits = {"timeout_seconds": 10, "memory_mb": 252}
+    key = ("python", Limits(**limits))
+    try:
+        run(sandbox, "pass", **limits)  # cold: both are started after it
+        _kept(sandbox, key, local.WARM_PER_KEY)
+        started = threading.Event()
+        sleeper = threading.Thread(
+            target=run,
+            args=(sandbox, "print(1, flush=True)\nimport time\ntime.sleep(1)"),
+            kwargs={"sink": _Signalling(started), **limits},
+        )
+        sleeper.start()
+        assert started.wait(10)
+        # While it runs, the other one waits and nothing starts beside the run.
+        assert len(sandbox._warm[key]) == local.WARM_PER_KEY - 1
+        assert key not in sandbox._warming
+        # A second run meanwhile takes the last one, which is replaced at once.
+        outcome, _ = run(sandbox, "pass", **limits)
+        assert outcome.details["warm"]
+        deadline = time.monotonic() + 15
+        while not sandbox._warm.get(key):
+            assert sleeper.is_alive(), "replaced only after the first run ended"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        sleeper.join()
+        _kept(sandbox, key, local.WARM_PER_KEY)  # and topped up once the run ended
+    finally:
+        sandbox.close()
+
+
+class _Signalling(MemorySink):
+    def __init__(self, event: threading.Event):
+        super().__init__()
+        self.event = event
+
+    def emit(self, stream: str, text: str) -> None:
+        super().emit(stream, text)
+        self.event.set()
 
 
 # --- probe and configuration -------------------------------------------------------------
