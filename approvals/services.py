@@ -135,9 +135,13 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
         reasons.append(f"pre-validator: {verdict['reason']}")
     now = timezone.now()
     actor = actor_label(agent)
+    approved = outcome.status == ProposalStatus.APPROVED
     with transaction.atomic():
+        # Approved at once: the execution first, so the proposal's row is written once.
+        execution = _new_execution(spec.name, parameters, actor, agent) if approved else None
         proposal = _insert_proposal.create(
             agent=agent,
+            execution=execution,
             action=spec.name,
             parameters=parameters,
             summary=spec.describe(parameters)[:300],
@@ -167,8 +171,8 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
             policy_version=policy.version,
         )
         record("system", f"proposal.{outcome.status}", proposal, **proposal.decision_path)
-        if outcome.status == ProposalStatus.APPROVED:
-            _queue_execution(proposal, actor="system", capability=agent.capability_for(spec.name))
+        if execution is not None:
+            executions.queued(execution, actor="system")
         if outcome.notify:
             notify("notify_list", proposal)
         elif outcome.status == ProposalStatus.PENDING:
@@ -177,15 +181,22 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     return proposal
 
 
-def _queue_execution(proposal: Proposal, actor: str, capability: str | None) -> None:
-    proposal.execution = executions.create_execution(
-        action=proposal.action,
-        parameters=proposal.parameters,
-        requested_by=actor_label(proposal.agent),
+def _new_execution(action: str, parameters: dict, requested_by: str, agent: Agent):
+    capability = agent.capability_for(action)
+    return executions.create_execution(
+        action=action,
+        parameters=parameters,
+        requested_by=requested_by,
         capabilities_used=[capability] if capability else [],
-        actor=actor,
+    )
+
+
+def _queue_execution(proposal: Proposal, actor: str) -> None:
+    proposal.execution = _new_execution(
+        proposal.action, proposal.parameters, actor_label(proposal.agent), proposal.agent
     )
     Proposal.objects.filter(pk=proposal.pk).update(execution=proposal.execution)
+    executions.queued(proposal.execution, actor)
 
 
 def _announce(proposal: Proposal) -> None:
@@ -296,8 +307,7 @@ def _count_approval(proposal: Proposal, now, actor: str) -> None:
         raise ProposalError("conflict", f"proposal {proposal.pk} was decided by someone else")
     record(actor, "proposal.approved", proposal, approvals=approvals)
     notify("decided", proposal)
-    capability = proposal.agent.capability_for(proposal.action)
-    _queue_execution(proposal, actor=actor, capability=capability)
+    _queue_execution(proposal, actor=actor)
 
 
 def _expire(proposal: Proposal) -> bool:

@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import record
-from console.prepared import update_returning
+from console.prepared import PreparedInsert, update_returning
 
 from .actions import ActionContext, get_action
 from .actions.base import failed
@@ -34,6 +34,7 @@ from .sandboxes.base import Limits, RunOutcome
 from .signals import execution_ended
 
 log = logging.getLogger(__name__)
+_insert_execution = PreparedInsert(Execution)
 
 
 class ExecutionConflict(Exception):
@@ -79,14 +80,14 @@ def create_execution(
     parameters: dict,
     requested_by: str,
     capabilities_used: list[str],
-    actor: str,
 ) -> Execution:
-    """Create the queued execution of an approval; call inside the approval's transaction.
+    """The queued execution of an approval, inside the approval's transaction; ``queued``
+    records and enqueues it once the approval that it carries out is recorded.
 
-    Its first dispatch is recorded with the row and enqueued once the row is
-    committed; should the enqueue fail, the sweeper dispatches it again.
+    Its first dispatch is recorded with the row; should the enqueue fail, the
+    sweeper dispatches it again.
     """
-    execution = Execution.objects.create(
+    return _insert_execution.create(
         action=action,
         parameters=parameters,
         requested_by=requested_by,
@@ -97,9 +98,12 @@ def create_execution(
         dispatch_count=1,
         dispatched_at=timezone.now(),
     )
-    record(actor, "execution.queued", execution, action=action, queue=execution.queue)
+
+
+def queued(execution: Execution, actor: str) -> None:
+    """Record a new execution as queued; it is enqueued once the transaction commits."""
+    record(actor, "execution.queued", execution, action=execution.action, queue=execution.queue)
     transaction.on_commit(lambda: enqueue(execution.pk, execution.queue))
-    return execution
 
 
 def limits_for(action: str, parameters: dict) -> Limits:

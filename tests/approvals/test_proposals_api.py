@@ -348,6 +348,8 @@ def test_a_new_proposal_answers_as_a_read_of_it_would_without_reading_it_again(a
             response, created = propose(agent_api, body)
         assert response.status_code == 201
         assert not any('FROM "approvals_proposal"' in q["sql"] for q in captured.captured_queries)
+        # Its row is written once: an execution approved with it exists before it.
+        assert not any('UPDATE "approvals_proposal"' in q["sql"] for q in captured.captured_queries)
         counts.append(len(captured))
         assert agent_api.get(f"/api/v1/proposals/{created['id']}").json() == created
     assert counts[0] == counts[1], counts  # the same work for every proposal
