@@ -195,36 +195,91 @@ class PreparedInsert(_PerConnection):
         return _CompiledInsert(statements[0][0], fields, compiler.returning_fields is not None)
 
 
-def update_returning(queryset: QuerySet, **values) -> list:
-    """``queryset.update(**values)``, also answering the rows it changed, as they now are.
+@dataclass
+class _CompiledUpdate:
+    sql: str
+    assigned: list  # the fields set, in the order of their parameters
+    matched: list  # then the fields compared
+    compiler: SQLCompiler  # converts the returned rows
+    converters: dict
+    names: list[str]  # of the returned columns
 
-    One ``UPDATE … RETURNING`` statement: a guarded state change and the read
-    of what it changed cannot be told apart by a concurrent writer, and cost
-    one round trip instead of two. The instances are built as the ORM builds
-    them (the fields' converters: JSON, aware datetimes). PostgreSQL and
-    SQLite ≥ 3.35, the databases Airlock runs on, support it.
+
+class PreparedUpdate(_PerConnection):
+    """A guarded change that also answers the rows it changed, as they now are.
+
+    ``returning(where, **values)`` is ``Model.objects.filter(**where).update(**values)``
+    for equalities and plain values, in one ``UPDATE … RETURNING`` statement:
+    a guarded state change and the read of what it changed cannot be told
+    apart by a concurrent writer, and cost one round trip instead of two. Its
+    SQL is made once per connection and set of field names (building and
+    compiling the queryset was most of the Python of a change); values go
+    through the fields' ``get_db_prep_save`` and comparisons through
+    ``get_db_prep_value`` as the ORM's own, and the rows come back as the ORM
+    builds them (JSON decoded, datetimes aware). Like ``update``, it sends no
+    signals and leaves ``auto_now`` fields alone. PostgreSQL and SQLite ≥ 3.35,
+    the databases Airlock runs on, support it.
     """
-    from django.db import NotSupportedError
-    from django.db.models.sql import UpdateQuery
 
-    model, using = queryset.model, queryset.db
-    connection = connections[using]
-    if not connection.features.can_return_columns_from_insert:
-        raise NotSupportedError(f"{connection.vendor} cannot return rows from an UPDATE")
-    query = queryset.query.chain(UpdateQuery)
-    query.add_update_values(values)
-    if query.related_updates:
-        raise TypeError("update_returning changes the queryset's own model only")
-    compiler = query.get_compiler(using, connection=connection)
-    sql, params = compiler.as_sql()
-    fields = model._meta.concrete_fields
-    quote = connection.ops.quote_name
-    sql += " RETURNING " + ", ".join(quote(field.column) for field in fields)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    converters = compiler.get_converters([field.get_col(model._meta.db_table) for field in fields])
-    if converters:
-        rows = compiler.apply_converters(rows, converters)
-    names = [field.attname for field in fields]
-    return [model.from_db(using, names, row) for row in rows]
+    def __init__(self, model, using: str = "default"):
+        super().__init__(using)
+        self.model = model
+
+    def returning(self, where: dict, **values) -> list:
+        connection = connections[self.using]
+        statements = self._compiled_on(connection)
+        names = (tuple(where), tuple(values))
+        compiled = statements.get(names)
+        if compiled is None:
+            compiled = statements.setdefault(names, self._statement(connection, *names))
+        params = [
+            field.get_db_prep_save(values[name], connection)
+            for name, field in zip(names[1], compiled.assigned, strict=True)
+        ] + [
+            field.get_db_prep_value(where[name], connection, prepared=False)
+            for name, field in zip(names[0], compiled.matched, strict=True)
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            rows = cursor.fetchall()
+        if compiled.converters:
+            rows = compiled.compiler.apply_converters(rows, compiled.converters)
+        return [self.model.from_db(self.using, compiled.names, row) for row in rows]
+
+    def _compile(self, connection) -> dict:
+        from django.db import NotSupportedError
+
+        if not connection.features.can_return_columns_from_insert:
+            raise NotSupportedError(f"{connection.vendor} cannot return rows from an UPDATE")
+        return {}  # statements by field names, made as they are first used
+
+    def _statement(self, connection, matched: tuple, assigned: tuple) -> _CompiledUpdate:
+        meta = self.model._meta
+        quote = connection.ops.quote_name
+        table = quote(meta.db_table)
+        compared = [meta.pk if name == "pk" else meta.get_field(name) for name in matched]
+        sets = [meta.get_field(name) for name in assigned]
+        for field in [*compared, *sets]:
+            if not field.concrete or field.model is not self.model:
+                raise TypeError(f"{meta.label}.{field.name}: not a column of its own table")
+        returned = meta.concrete_fields
+        sql = (
+            f"UPDATE {table} SET "
+            + ", ".join(f"{quote(field.column)} = %s" for field in sets)
+            + " WHERE "
+            + " AND ".join(f"{table}.{quote(field.column)} = %s" for field in compared)
+            + " RETURNING "
+            + ", ".join(quote(field.column) for field in returned)
+        )
+        compiler = self.model._default_manager.none().query.get_compiler(
+            self.using, connection=connection
+        )
+        converters = compiler.get_converters([field.get_col(meta.db_table) for field in returned])
+        return _CompiledUpdate(
+            sql,
+            sets,
+            compared,
+            compiler,
+            converters,
+            [field.attname for field in returned],
+        )

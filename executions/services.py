@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import record
-from console.prepared import PreparedInsert, update_returning
+from console.prepared import PreparedInsert, PreparedUpdate
 
 from .actions import ActionContext, get_action
 from .actions.base import failed
@@ -35,6 +35,7 @@ from .signals import execution_ended
 
 log = logging.getLogger(__name__)
 _insert_execution = PreparedInsert(Execution)
+_update_execution = PreparedUpdate(Execution)
 
 
 class ExecutionConflict(Exception):
@@ -144,9 +145,7 @@ def _take(
     """One guarded update: the execution as this caller moved it from ``source`` to ``to``
     (read by the same statement), or None if it was not in ``source`` any more."""
     assert to in TRANSITIONS[source], f"{source} -> {to} is not a transition"
-    moved = update_returning(
-        Execution.objects.filter(pk=execution_id, status=source), status=to, **fields
-    )
+    moved = _update_execution.returning({"pk": execution_id, "status": source}, status=to, **fields)
     return moved[0] if moved else None
 
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from approvals.models import Agent, Proposal
 from audit.models import AuditEvent
-from console.prepared import Prepared, PreparedInsert, update_returning
+from console.prepared import Prepared, PreparedInsert, PreparedUpdate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,35 +140,44 @@ def test_only_models_with_an_automatic_key_can_be_inserted_so():
     assert not Session.objects.exists()
 
 
-def test_update_returning_changes_the_rows_and_answers_them_as_the_orm_reads_them():
+def test_a_prepared_update_changes_the_rows_and_answers_them_as_the_orm_reads_them():
     agent = Agent.objects.create(name="a", token_hash="h" * 64, token_hint="h")
-    first, second = (Proposal.objects.create(**proposal_fields(agent)) for _ in range(2))
-    decided_at = timezone.now()
-    with CaptureQueriesContext(connection) as captured:
-        [changed] = update_returning(
-            Proposal.objects.filter(pk=first.pk, status="pending"),
-            status="approved",
-            decided_at=decided_at,
-            approvals_count=F("approvals_count") + 1,
+    first, second, third = (Proposal.objects.create(**proposal_fields(agent)) for _ in range(3))
+    update = PreparedUpdate(Proposal)
+    for proposal, count in ((first, 1), (second, 2)):  # the second runs the statement made
+        decided_at = timezone.now()
+        with CaptureQueriesContext(connection) as captured:
+            [changed] = update.returning(
+                {"pk": proposal.pk, "status": "pending"},
+                status="approved",
+                decided_at=decided_at,
+                approvals_count=count,
+                risk_reasons=["set", {"nested": None}],
+            )
+        assert len(captured) == 1  # the change and its read: one statement
+        assert isinstance(changed, Proposal) and not changed._state.adding
+        assert changed.__dict__.keys() >= {"status", "parameters", "agent_id", "created_at"}
+        stored = Proposal.objects.get(pk=proposal.pk)
+        for field in Proposal._meta.concrete_fields:  # JSON decoded, datetimes aware, as stored
+            assert getattr(changed, field.attname) == getattr(stored, field.attname), field.name
+        assert (changed.status, changed.approvals_count, changed.decided_at) == (
+            "approved",
+            count,
+            decided_at,
         )
-    assert len(captured) == 1  # the change and its read: one statement
-    assert isinstance(changed, Proposal) and not changed._state.adding
-    assert changed.__dict__.keys() >= {"status", "parameters", "agent_id", "created_at"}
-    stored = Proposal.objects.get(pk=first.pk)
-    for field in Proposal._meta.concrete_fields:  # JSON decoded, datetimes aware, as stored
-        assert getattr(changed, field.attname) == getattr(stored, field.attname), field.name
-    assert (changed.status, changed.approvals_count, changed.decided_at) == (
-        "approved",
-        1,
-        decided_at,
-    )
-    assert changed.parameters["nested"] == [1, None]
-    assert Proposal.objects.get(pk=second.pk).status == "pending"  # outside the filter
+        assert changed.parameters["nested"] == [1, None]
+        assert changed.risk_reasons == ["set", {"nested": None}]
+    assert Proposal.objects.get(pk=third.pk).status == "pending"  # outside the filter
 
 
-def test_update_returning_answers_nothing_when_the_guard_fails():
+def test_a_prepared_update_answers_nothing_when_the_guard_fails():
     agent = Agent.objects.create(name="a", token_hash="h" * 64, token_hint="h")
     proposal = Proposal.objects.create(**proposal_fields(agent))
-    guarded = Proposal.objects.filter(pk=proposal.pk, status="approved")
-    assert update_returning(guarded, status="denied") == []
+    update = PreparedUpdate(Proposal)
+    assert update.returning({"pk": proposal.pk, "status": "approved"}, status="denied") == []
     assert Proposal.objects.get(pk=proposal.pk).status == "pending"
+
+
+def test_a_prepared_update_sets_only_columns_of_its_own_table():
+    with pytest.raises(TypeError, match="not a column"):
+        PreparedUpdate(Proposal).returning({"pk": 1}, decisions=[])
