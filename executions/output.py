@@ -94,12 +94,6 @@ class ExecutionRecorder(OutputSink):
             if was_empty or self._pending_chars >= FLUSH_BYTES:
                 self._wake.notify()
 
-    def finish(self) -> None:
-        """Flush everything and stop the flusher; call once, after the run."""
-        rest = self.stop()
-        if rest:
-            self._write(rest)
-
     def stop(self) -> list[OutputChunk]:
         """Stop the flusher; answer what it had not written yet, numbered, to ``store``.
 

@@ -417,9 +417,9 @@ def end_execution(execution_id: int) -> None:
 
     try:
         recorder = ExecutionRecorder(execution_id, cap_bytes=1024)
-        recorder.finish()
+        rest = recorder.stop()
         outcome = RunOutcome(exit_code=0, duration_ms=1, backend="local")
-        executions.finish(Execution.objects.get(pk=execution_id), outcome, recorder)
+        executions.finish(Execution.objects.get(pk=execution_id), outcome, recorder, rest)
     finally:
         connection.close()
 

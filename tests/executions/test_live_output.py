@@ -155,7 +155,8 @@ def test_output_after_a_quiet_spell_is_written_at_once_and_a_stream_in_batches(
         time.sleep(0.3)
         assert OutputChunk.objects.filter(execution_id=execution_id).count() == 1
     finally:
-        recorder.finish()  # flushes the batch
+        with transaction.atomic():  # the batch, as the run's end stores it
+            recorder.store(recorder.stop())
     chunks = list(OutputChunk.objects.filter(execution_id=execution_id).order_by("seq"))
     assert [(c.seq, c.data) for c in chunks] == [(1, "first\n"), (2, "second\nthird\n")]
 
