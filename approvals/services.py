@@ -138,7 +138,7 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     approved = outcome.status == ProposalStatus.APPROVED
     with transaction.atomic():
         # Approved at once: the execution first, so the proposal's row is written once.
-        execution = _new_execution(spec.name, parameters, actor, agent) if approved else None
+        execution = _new_execution(agent, spec.name, parameters) if approved else None
         proposal = _insert_proposal.create(
             agent=agent,
             execution=execution,
@@ -181,20 +181,18 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     return proposal
 
 
-def _new_execution(action: str, parameters: dict, requested_by: str, agent: Agent):
+def _new_execution(agent: Agent, action: str, parameters: dict):
     capability = agent.capability_for(action)
     return executions.create_execution(
         action=action,
         parameters=parameters,
-        requested_by=requested_by,
+        requested_by=actor_label(agent),
         capabilities_used=[capability] if capability else [],
     )
 
 
 def _queue_execution(proposal: Proposal, actor: str) -> None:
-    proposal.execution = _new_execution(
-        proposal.action, proposal.parameters, actor_label(proposal.agent), proposal.agent
-    )
+    proposal.execution = _new_execution(proposal.agent, proposal.action, proposal.parameters)
     Proposal.objects.filter(pk=proposal.pk).update(execution=proposal.execution)
     executions.queued(proposal.execution, actor)
 
