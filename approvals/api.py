@@ -28,7 +28,7 @@ from executions.sandboxes.status import sandbox_status
 from executions.tasks import open_session as open_session_task
 
 from . import services
-from .choices import DecisionKind, ProposalStatus, Urgency
+from .choices import CHANGE, UNTIL, DecisionKind, ProposalStatus, Urgency
 from .models import Decision, Proposal
 
 WAIT_POLL_SECONDS = 0.05
@@ -182,14 +182,25 @@ class ProposalDetail(APIView):
                 "for a change of status, approvals or execution status; a proposal that has "
                 "reached its end (denied, rejected, expired, or its execution finished) "
                 "answers at once",
-            )
+            ),
+            OpenApiParameter(
+                "until",
+                str,
+                enum=UNTIL,
+                description="what a `wait` waits for: `change` (the default) any change of "
+                "what the call read; `decided` the proposal's decision (approved, denied, "
+                "rejected, expired); `finished` its end: a decision against it, or its "
+                "execution's end. A proposal already there answers at once.",
+            ),
         ],
         responses=ProposalSerializer,
         summary="Read a proposal",
     )
     def get(self, request, pk: int):
         data = proposal_data(request.user, pk)
-        _wait_seconds(request)  # validated here; the waiting is approvals.waiting.long_poll's
+        # Validated here; the waiting is approvals.waiting.long_poll's.
+        _wait_seconds(request)
+        _until(request)
         return Response(data)
 
 
@@ -208,6 +219,15 @@ def _wait_seconds(request) -> float:
             400, "validation_error", f"wait must be between 0 and {settings.LONG_POLL_MAX_SECONDS}"
         )
     return wait
+
+
+def _until(request) -> str:
+    until = request.query_params.get("until") or CHANGE
+    if until not in UNTIL:
+        raise ApiError(
+            400, "validation_error", f"until must be one of {', '.join(UNTIL)}, got {until!r}"
+        )
+    return until
 
 
 class CommentSerializer(serializers.Serializer):

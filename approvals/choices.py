@@ -24,6 +24,10 @@ TRANSITIONS = {
     ),
 }
 
+# What a long-poll waits for (``?until=``): any change of what it read, a decision, or the end.
+CHANGE, DECIDED, FINISHED = "change", "decided", "finished"
+UNTIL = (CHANGE, DECIDED, FINISHED)
+
 
 # Risk bands, as the queue filters by them and reviewers choose what to hear about.
 RISK_BANDS = {

@@ -44,7 +44,7 @@ from console.handler import WAITS_OFF_THREAD
 from executions.broadcast import PROPOSALS_GROUP
 from executions.choices import TERMINAL, ExecutionStatus
 
-from .choices import ProposalStatus
+from .choices import CHANGE, DECIDED, FINISHED, ProposalStatus
 from .models import Proposal
 
 log = logging.getLogger(__name__)
@@ -274,6 +274,10 @@ def long_poll(view):
     the view again. On a plain thread (WSGI, the test client) it waits there.
     A wake is a hint: the view's own read decides whether the proposal
     changed, and if it did not the call waits out what is left of its time.
+
+    ``?until=decided`` or ``?until=finished`` waits past the steps on the way
+    (approvals, the execution starting) for the decision or the end; a step a
+    message tells needs no read, so a proposal → result is one call.
     """
 
     def waiting_view(request, *args, **kwargs):
@@ -282,22 +286,32 @@ def long_poll(view):
             return response
         now = fingerprint_of(response.data)
         if getattr(request, "_long_poll", None) is None:
-            wait = float(request.GET.get("wait") or 0)  # the view answered 400 to a bad one
-            if not wait or settled(now):
+            wait = float(request.GET.get("wait") or 0)  # the view answered 400 to bad ones
+            until = request.GET.get("until") or CHANGE
+            if not wait or settled(now) or (until != CHANGE and reached(until, now, now)):
                 return response
-            request._long_poll = (now, time.monotonic() + wait)
-        seen, deadline = request._long_poll
+            request._long_poll = (now, now, until, time.monotonic() + wait)
+        first, seen, until, deadline = request._long_poll
         left = deadline - time.monotonic()
-        if now != seen or left <= 0:
+        if reached(until, first, now) or left <= 0:
             return response
+        if now != seen:  # a step on the way to what the call waits for: wait on from here
+            seen = now
+            request._long_poll = (first, seen, until, deadline)
 
         async def long_poll() -> bool:
             """True: woken, ask the view again; False: answer ``response`` as it now is."""
-            now = await watcher().next_state(kwargs["pk"], seen, left)
-            if now is not None and execution_moved_on(seen, now):
-                retell(response, execution_status=now[3])
-                return False
-            return now is not None
+            known, wait = seen, left
+            while (now := await watcher().next_state(kwargs["pk"], known, wait)) is not None:
+                if not execution_moved_on(known, now):
+                    return True  # only a read knows what changed
+                known = now  # told by the message: no read needed
+                if reached(until, first, known):
+                    break
+                wait = deadline - time.monotonic()
+            if known != seen:
+                retell(response, execution_status=known[3])
+            return False
 
         if getattr(request, WAITS_OFF_THREAD, False):
             response.long_poll = long_poll
@@ -312,6 +326,15 @@ def long_poll(view):
     waiting_view.initkwargs = view.initkwargs
     waiting_view.csrf_exempt = True
     return waiting_view
+
+
+def reached(until: str, first: Fingerprint, now: Fingerprint) -> bool:
+    """Whether a call that read ``first`` and waits ``until`` something can answer ``now``."""
+    if until == FINISHED:
+        return settled(now)
+    if until == DECIDED:
+        return now[0] != ProposalStatus.PENDING
+    return now != first
 
 
 def execution_moved_on(seen: Fingerprint, now: Fingerprint) -> bool:

@@ -41,7 +41,9 @@ def through_airlock(server: Server) -> float:
     started = time.perf_counter()
     proposal = server.propose_script("print(1)")
     while proposal.get("execution_status") not in ("succeeded", "failed", "timed_out"):
-        _, proposal = server.api("GET", f"/api/v1/proposals/{proposal['id']}?wait=10")
+        _, proposal = server.api(
+            "GET", f"/api/v1/proposals/{proposal['id']}?wait=10&until=finished"
+        )
     elapsed = time.perf_counter() - started
     _, result = server.api("GET", f"/api/v1/executions/{proposal['execution_id']}")
     assert result["stdout"] == "1\n", result

@@ -6,7 +6,7 @@
 Starts the compose deployment (``docker/stack up``, as root, a project of its
 own on a free local port) at each size WEBxWORKERS in turn. For each, N agent
 threads propose a small Python script (approved by policy), long-poll
-(``?wait=30``) until its run ends, and propose again, for the given seconds;
+(``?wait=30&until=finished``) until its run ends, and propose again, for the given seconds;
 then every run still going is waited for (up to 120 s). Prints proposals/s,
 results/s, decision latency (proposal sent → approval seen) and result
 latency (proposal sent → final status seen) p50/p95, and lost (runs that
@@ -107,7 +107,9 @@ def agent_loop(url: str, token: str, deadline: float, run: Run, lock: threading.
         give_up = max(deadline, time.monotonic()) + DRAIN_SECONDS
         while seen["execution_status"] not in TERMINAL and time.monotonic() < give_up:
             try:
-                answer = session.get(f"{url}/api/v1/proposals/{seen['id']}?wait=30", timeout=45)
+                answer = session.get(
+                    f"{url}/api/v1/proposals/{seen['id']}?wait=30&until=finished", timeout=45
+                )
             except requests.RequestException:
                 continue
             if answer.status_code == 200:

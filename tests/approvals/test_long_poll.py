@@ -521,6 +521,120 @@ def test_a_late_message_of_an_earlier_execution_status_is_read_again(agent_api, 
     assert response.json()["execution_status"] == "running"
 
 
+def steps(*actions) -> threading.Thread:
+    """Run ``actions`` 0.5 s apart, the first 0.5 s from now, on one thread."""
+
+    def run():
+        for action in actions:
+            time.sleep(0.5)
+            action()
+
+    return later(0, run)
+
+
+def test_a_wait_until_finished_answers_the_end_told_by_messages_with_one_read(
+    agent_api, monkeypatch
+):
+    """Started, then ended: the call waits past the start and answers the end, the view run once."""
+    _, body = propose(agent_api, PRINT_HI)
+    execution_id = body["execution_id"]
+    runs = counting_views(monkeypatch)
+    stepper = steps(lambda: start_execution(execution_id), lambda: end_execution(execution_id))
+    started = time.monotonic()
+    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20&until=finished")
+    elapsed = time.monotonic() - started
+    stepper.join()
+    assert 0.9 < elapsed < 10, elapsed  # it did not answer the start
+    assert runs == [body["id"]]
+    assert response.json()["execution_status"] == "succeeded"
+    assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+
+
+def test_a_wait_until_finished_waits_past_a_reviewers_approval_for_the_run(agent_api, reviewer):
+    _, body = propose(agent_api, RISKY)
+    assert body["status"] == "pending"
+    execution_ids = []
+
+    def approve():
+        services.decide(body["id"], reviewer, "approve", "ok")
+        execution_ids.append(Proposal.objects.get(pk=body["id"]).execution_id)
+
+    stepper = steps(
+        approve,
+        lambda: start_execution(execution_ids[0]),
+        lambda: end_execution(execution_ids[0]),
+    )
+    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20&until=finished")
+    stepper.join()
+    assert response.json()["status"] == "approved"
+    assert response.json()["execution_status"] == "succeeded"
+
+
+def test_a_wait_until_decided_answers_the_approval_not_the_run(agent_api, reviewer):
+    _, body = propose(agent_api, RISKY)
+    decider = later(0.5, lambda: services.decide(body["id"], reviewer, "approve", "ok"))
+    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20&until=decided")
+    decider.join()
+    assert response.json()["status"] == "approved"
+    assert response.json()["execution_status"] == "queued"
+
+    started = time.monotonic()  # decided already: at once, though the run is yet to come
+    again = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20&until=decided")
+    assert time.monotonic() - started < 2
+    assert again.json() == response.json()
+
+
+def test_a_wait_until_finished_that_runs_out_answers_the_step_it_was_told(agent_api, monkeypatch):
+    _, body = propose(agent_api, PRINT_HI)
+    runs = counting_views(monkeypatch)
+    stepper = steps(lambda: start_execution(body["execution_id"]))
+    started = time.monotonic()
+    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=1.5&until=finished")
+    stepper.join()
+    assert time.monotonic() - started >= 1.4
+    assert len(runs) == 1
+    assert response.json()["execution_status"] == "running"
+    assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+
+
+def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
+    agent_and_token, agent_api, monkeypatch
+):
+    from channels.testing import HttpCommunicator
+
+    from console.handler import OneHopASGIHandler
+
+    agent, token = agent_and_token
+    proposal = services.submit(agent, PRINT_HI).proposal
+    runs = counting_views(monkeypatch)
+    app = OneHopASGIHandler(threads=2)
+
+    async def main():
+        headers = [(b"authorization", f"Bearer {token}".encode())]
+        path = f"/api/v1/proposals/{proposal.pk}?wait=20&until=finished"
+        answer = asyncio.create_task(
+            HttpCommunicator(app, "GET", path, headers=headers).get_response(timeout=30)
+        )
+        while not runs:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(start_execution, proposal.execution_id)
+        await asyncio.sleep(0.3)
+        assert not answer.done()  # a start is not the end
+        await asyncio.to_thread(end_execution, proposal.execution_id)
+        response = await answer
+        await wind_down(waiting.watcher())
+        return response
+
+    response = asyncio.run(main())
+    assert runs == [proposal.pk]
+    assert response["status"] == 200
+    assert int(dict(response["headers"])[b"Content-Length"]) == len(response["body"])
+    answered = json.loads(response["body"])
+    assert answered["execution_status"] == "succeeded"
+    assert answered == agent_api.get(f"/api/v1/proposals/{proposal.pk}").json()
+
+
 @contextlib.contextmanager
 def own_redis(settings, layer: str):
     """A redis-server of the test's own as the channel layer: yields (stop, start) it."""

@@ -268,6 +268,15 @@ def test_a_bad_wait_is_a_400(agent_api, wait):
     assert error_type(response) == "validation_error"
 
 
+@pytest.mark.parametrize("until", ["done", "FINISHED", "finished,decided"])
+def test_a_bad_until_is_a_400_that_names_the_choices(agent_api, until):
+    _, body = propose(agent_api)
+    response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=1&until={until}")
+    assert response.status_code == 400
+    assert error_type(response) == "validation_error"
+    assert "change, decided, finished" in response.json()["error"]["message"]
+
+
 def test_unknown_api_paths_are_json_404(agent_api):
     response = agent_api.get("/api/v1/nothing-here")
     assert response.status_code == 404

@@ -171,8 +171,11 @@ class Agent:
     def script(self, code: str, language: str = "python", **parameters) -> dict:
         return self.propose("script.execute", language=language, code=code, **parameters)
 
-    def proposal(self, pk: int, wait: float = 0) -> dict:
-        return self.ok("GET", f"/api/v1/proposals/{pk}" + (f"?wait={wait:g}" if wait else ""))
+    def proposal(self, pk: int, wait: float = 0, until: str = "") -> dict:
+        query = {"wait": f"{wait:g}" if wait else "", "until": until}
+        return self.ok(
+            "GET", f"/api/v1/proposals/{pk}", params={k: v for k, v in query.items() if v}
+        )
 
     def execution(self, pk: int) -> dict:
         return self.ok("GET", f"/api/v1/executions/{pk}")

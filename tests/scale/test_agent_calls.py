@@ -22,9 +22,8 @@ def test_the_readme_agent_scenario_passes_through_the_proxy(
     assert created["status"] == "approved"
     assert created["risk"]["score"] == 2
 
-    polled = agent.proposal(created["id"], wait=30)
-    while polled["execution_status"] in ("queued", "running"):
-        polled = agent.proposal(created["id"], wait=30)
+    polled = agent.proposal(created["id"], wait=30, until="finished")
+    assert polled["execution_status"] == "succeeded"  # one call waited out the run
     execution = agent.ok("GET", f"/api/v1/executions/{created['execution_id']}")
     assert (execution["status"], execution["stdout"], execution["exit_code"]) == (
         "succeeded",
