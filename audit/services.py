@@ -12,14 +12,14 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console.appends import take_append_lock
-from console.prepared import Prepared, PreparedInsert
+from console.appends import read_under_append_lock
+from console.prepared import PreparedInsert
 
 from .models import AuditEvent
 
 GENESIS = "0" * 64
-# Every change reads the chain's end: compiled once (see console.prepared).
-_chain_end = Prepared(lambda: AuditEvent.objects.order_by("-seq").values("seq", "hash")[:1])
+# Every change reads the chain's end, under the append lock.
+_CHAIN_END = f"SELECT seq, hash FROM {AuditEvent._meta.db_table} ORDER BY seq DESC LIMIT 1"
 _append = PreparedInsert(AuditEvent)
 
 
@@ -66,9 +66,9 @@ def record(actor: str, verb: str, obj: object | None = None, **data) -> AuditEve
     with transaction.atomic(savepoint=False):
         end = _known_end()
         if end is None:
-            take_append_lock()  # the chain's end cannot move until this commits
-            last = _chain_end.first()
-            end = _End(last["seq"], last["hash"]) if last else _End(0, GENESIS)
+            # The chain's end cannot move until this commits.
+            last = read_under_append_lock(_CHAIN_END)
+            end = _End(*last[0]) if last else _End(0, GENESIS)
         seq, prev_hash = end.seq + 1, end.hash
         created_at = timezone.now()
         event = _append.create(

@@ -24,3 +24,21 @@ def take_append_lock() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PG_LOCK_KEY])
+
+
+def read_under_append_lock(sql: str) -> list[tuple]:
+    """Take the append lock, then run the read ``sql`` (no parameters): its rows.
+
+    On PostgreSQL both go in one round trip, as one simple query of two
+    statements: under READ COMMITTED each statement takes its own snapshot,
+    so the read's is taken once the lock is held and it sees every append
+    committed before. (``SELECT ... FROM (SELECT pg_advisory_xact_lock())``
+    in one statement would not: its snapshot would predate the lock.)
+    """
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            cursor.execute(sql)
+            return cursor.fetchall()
+        cursor.execute(f"SELECT pg_advisory_xact_lock({_PG_LOCK_KEY:d}); {sql}")
+        cursor.nextset()
+        return cursor.fetchall()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -139,4 +140,46 @@ def test_a_transaction_builds_on_what_another_committed_meanwhile():
         record("test", "third")
     verbs = list(AuditEvent.objects.order_by("seq").values_list("verb", flat=True))
     assert verbs == ["first", "between", "second", "third"]
+    assert verify_chain().ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_transactions_append_one_unbroken_chain(monkeypatch):
+    """Eight writers at once, each transaction slow between its read of the end and its
+    commit: every append builds on the one committed before it (the lock is held
+    before the end is read, and until the commit)."""
+    import audit.services
+
+    real_digest = audit.services._digest
+
+    def slow_digest(*args):
+        time.sleep(0.002)  # widen the gap between reading the end and writing after it
+        return real_digest(*args)
+
+    monkeypatch.setattr(audit.services, "_digest", slow_digest)
+    start = threading.Barrier(8)
+    failures = []
+
+    def writer(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(10):
+                with transaction.atomic():
+                    record(f"writer-{n}", "one", None, i=i)
+                    record(f"writer-{n}", "two", None, i=i)
+        except Exception as exc:  # reported below, not lost in the thread
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    rows = list(AuditEvent.objects.order_by("seq").values_list("seq", "actor", "verb"))
+    assert [seq for seq, _, _ in rows] == list(range(1, 161))
+    for first, second in zip(rows[::2], rows[1::2], strict=True):  # a transaction's two in a row
+        assert (first[1], first[2], second[1], second[2]) == (first[1], "one", first[1], "two")
     assert verify_chain().ok
