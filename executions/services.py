@@ -204,45 +204,76 @@ def claim(execution_id: int, worker_host: str) -> Execution | None:
     return execution
 
 
-class Heartbeat(threading.Thread):
-    """Marks the execution alive and turns a requested cancel into the cancel event."""
+class Heartbeats:
+    """One thread per worker process beats for every run under way and hears cancels.
 
-    def __init__(self, execution_id: int, cancel: threading.Event):
-        super().__init__(name=f"heartbeat-{execution_id}", daemon=True)
-        self.execution_id = execution_id
-        self.cancel = cancel
-        self._stop_event = threading.Event()
+    While runs are under way it marks them alive every
+    ``WORKER_HEARTBEAT_SECONDS`` (one UPDATE for all) and every quarter
+    second turns a requested cancel into the run's cancel event (one SELECT
+    for all). With none under way it sleeps on an event and holds no
+    database connection: a run costs no thread of its own to start and join.
+    """
 
-    def run(self) -> None:
-        interval = settings.WORKER_HEARTBEAT_SECONDS
+    POLL_SECONDS = 0.25
+
+    def __init__(self):
+        self._runs: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._busy = threading.Event()  # set while there are runs to watch
+        self._thread: threading.Thread | None = None
+
+    def watch(self, execution_id: int, cancel: threading.Event) -> None:
+        with self._lock:
+            self._runs[execution_id] = cancel
+            self._busy.set()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+                self._thread.start()
+
+    def forget(self, execution_id: int) -> None:
+        with self._lock:
+            self._runs.pop(execution_id, None)
+            if not self._runs:
+                self._busy.clear()
+
+    def _watched(self) -> dict[int, threading.Event]:
+        with self._lock:
+            return dict(self._runs)
+
+    def _run(self) -> None:
         last_beat = time.monotonic()
-        try:
-            while not self._stop_event.wait(0.25):
-                try:
-                    close_old_connections()
-                    if time.monotonic() - last_beat >= interval:
-                        Execution.objects.filter(
-                            pk=self.execution_id, status=ExecutionStatus.RUNNING
-                        ).update(heartbeat_at=timezone.now())
-                        last_beat = time.monotonic()
-                    if (
-                        not self.cancel.is_set()
-                        and Execution.objects.filter(
-                            pk=self.execution_id, cancel_requested_at__isnull=False
-                        ).exists()
-                    ):
-                        self.cancel.set()
-                except DATABASE_AWAY:
-                    # The database restarting: beat again once it is back (the run goes on).
-                    with contextlib.suppress(*DATABASE_AWAY):
-                        connection.close()
-        finally:
-            with contextlib.suppress(*DATABASE_AWAY):
-                connection.close()
+        while True:
+            if not self._busy.is_set():
+                with contextlib.suppress(*DATABASE_AWAY):
+                    connection.close()  # idle: no connection held
+                self._busy.wait()
+                last_beat = time.monotonic()  # the claim itself marked the new run alive
+            time.sleep(self.POLL_SECONDS)
+            runs = self._watched()
+            if not runs:
+                continue
+            try:
+                close_old_connections()
+                if time.monotonic() - last_beat >= settings.WORKER_HEARTBEAT_SECONDS:
+                    Execution.objects.filter(pk__in=runs, status=ExecutionStatus.RUNNING).update(
+                        heartbeat_at=timezone.now()
+                    )
+                    last_beat = time.monotonic()
+                waiting = [pk for pk, cancel in runs.items() if not cancel.is_set()]
+                if waiting:
+                    for pk in Execution.objects.filter(
+                        pk__in=waiting, cancel_requested_at__isnull=False
+                    ).values_list("pk", flat=True):
+                        runs[pk].set()
+            except DATABASE_AWAY:
+                # The database restarting: beat again once it is back (the runs go on).
+                with contextlib.suppress(*DATABASE_AWAY):
+                    connection.close()
+            except Exception:  # never let one bad pass end the beats of every run
+                log.exception("heartbeat failed; trying again")
 
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join()
+
+_heartbeats = Heartbeats()
 
 
 def run(execution_id: int) -> Execution | None:
@@ -253,8 +284,7 @@ def run(execution_id: int) -> Execution | None:
     spec = get_action(execution.action)
     cancel = threading.Event()
     recorder = ExecutionRecorder(execution.pk, settings.OUTPUT_CAP_BYTES)
-    heartbeat = Heartbeat(execution.pk, cancel)
-    heartbeat.start()
+    _heartbeats.watch(execution.pk, cancel)
     started = time.monotonic()
     try:
         if spec is None:
@@ -271,7 +301,7 @@ def run(execution_id: int) -> Execution | None:
         log.exception("execution %s crashed", execution.pk)
         outcome = failed("none", f"internal error: {exc}", recorder, started)
     finally:
-        heartbeat.stop()
+        _heartbeats.forget(execution.pk)
         rest = recorder.stop()
     return finish(execution, outcome, recorder, rest)
 

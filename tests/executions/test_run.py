@@ -207,6 +207,40 @@ def test_cancel_of_a_running_execution_stops_it(agent_and_token, reviewer):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+def test_one_heartbeat_thread_keeps_runs_alive_and_cancels_only_the_run_asked(agent, settings):
+    settings.WORKER_HEARTBEAT_SECONDS = 1
+    code = "import time\nprint('go', flush=True)\ntime.sleep(60)"
+    first, second = approved_script(agent, code), approved_script(agent, code + "\n")
+    threads = [run_in_thread(first.pk), run_in_thread(second.pk)]
+
+    def beats() -> dict:
+        return dict(
+            Execution.objects.filter(pk__in=[first.pk, second.pk], status="running").values_list(
+                "pk", "heartbeat_at"
+            )
+        )
+
+    wait_for(lambda: len(beats()) == 2)
+    claimed = beats()
+    wait_for(lambda: all(beats().get(pk, at) > at for pk, at in claimed.items()), 10)
+    names = [thread.name for thread in threading.enumerate()]
+    assert names.count("heartbeats") == 1, names
+
+    services.request_cancel(first.pk, "user:test")
+    threads[0].join(timeout=10)
+    assert not threads[0].is_alive()
+    assert Execution.objects.get(pk=first.pk).status == "cancelled"
+    beat = beats()[second.pk]  # the other run goes on, and is still marked alive
+    wait_for(lambda: beats()[second.pk] > beat, 10)
+
+    services.request_cancel(second.pk, "user:test")
+    threads[1].join(timeout=10)
+    assert Execution.objects.get(pk=second.pk).status == "cancelled"
+    assert not services._heartbeats._watched()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
 def test_the_sweeper_redispatches_stale_queued_executions(agent, settings, monkeypatch):
     sent = []
     monkeypatch.setattr(
