@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db.models import F
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -9,6 +10,7 @@ from rest_framework.views import APIView
 
 from audit.services import actor_label
 from console.api_errors import ApiError, get_or_404
+from console.prepared import Prepared
 from console.roles import is_agent, is_reviewer
 
 from . import services
@@ -57,16 +59,18 @@ class ExecutionSerializer(serializers.ModelSerializer):
         ]
 
     def get_proposal_id(self, execution: Execution) -> int | None:
+        if hasattr(execution, "read_proposal_id"):  # read with the row (execution_data)
+            return execution.read_proposal_id
         proposal = getattr(execution, "proposal", None)
         return proposal.pk if proposal is not None else None
 
     def _streams(self, execution: Execution) -> dict[str, str]:
+        if hasattr(execution, "read_streams"):  # read with the row (execution_data)
+            return execution.read_streams
         cache = self.context.setdefault("_streams", {})
         if execution.pk not in cache:
-            texts = {"stdout": [], "stderr": []}
-            for stream, data in execution.chunks.order_by("seq").values_list("stream", "data"):
-                texts[stream].append(data)
-            cache[execution.pk] = {k: "".join(v) for k, v in texts.items()}
+            chunks = execution.chunks.order_by("seq").values("stream", "data")
+            cache[execution.pk] = joined_streams(chunks)
         return cache[execution.pk]
 
     def get_stdout(self, execution: Execution) -> str:
@@ -102,19 +106,60 @@ class OutputPageSerializer(serializers.Serializer):
     chunks = ChunkSerializer(many=True)
 
 
+def joined_streams(chunks) -> dict[str, str]:
+    """stdout and stderr from output chunks (dicts with ``stream`` and ``data``) in order."""
+    texts = {"stdout": [], "stderr": []}
+    for chunk in chunks:
+        texts[chunk["stream"]].append(chunk["data"])
+    return {stream: "".join(parts) for stream, parts in texts.items()}
+
+
+def may_see_executions(user) -> None:
+    if not (is_agent(user) or is_reviewer(user)):
+        raise ApiError(
+            403, "permission_denied", "only reviewers and the proposing agent can see executions"
+        )
+
+
 def visible_executions(user):
-    if is_agent(user) or is_reviewer(user):
-        return Execution.objects.select_related("proposal").visible_to(user)
-    raise ApiError(
-        403, "permission_denied", "only reviewers and the proposing agent can see executions"
-    )
+    may_see_executions(user)
+    return Execution.objects.select_related("proposal").visible_to(user)
+
+
+# The result contract is read after every run: the row and its output, each a
+# statement compiled once (console.prepared), one serializer made once.
+EXECUTION_FIELDS = [field.attname for field in Execution._meta.concrete_fields]
+_execution_row = Prepared(
+    lambda pk: Execution.objects.filter(pk=pk).values(
+        *EXECUTION_FIELDS, read_proposal_id=F("proposal__id"), read_agent_id=F("proposal__agent_id")
+    ),
+    pk=int,
+)
+_chunk_rows = Prepared(
+    lambda pk: OutputChunk.objects.filter(execution_id=pk).order_by("seq").values("stream", "data"),
+    pk=int,
+)
+_execution_serializer = ExecutionSerializer()
+
+
+def execution_data(user, pk: int) -> dict:
+    """Execution ``pk``'s result contract as the API answers it (two queries), if ``user``
+    may see it: the same as ``ExecutionSerializer`` of the ORM's instance."""
+    may_see_executions(user)
+    row = _execution_row.first(pk=pk)
+    if row is None or (is_agent(user) and row["read_agent_id"] != user.agent.pk):
+        raise ApiError(404, "not_found", f"execution {pk} does not exist or is not visible to you")
+    execution = Execution(**{name: row[name] for name in EXECUTION_FIELDS})
+    execution._state.adding = False
+    execution.read_proposal_id = row["read_proposal_id"]
+    execution.read_streams = joined_streams(_chunk_rows.rows(pk=pk))
+    return _execution_serializer.to_representation(execution)
 
 
 class ExecutionDetail(APIView):
     @extend_schema(responses=ExecutionSerializer, summary="An execution's result contract")
     def get(self, request, pk: int):
-        execution = get_or_404(visible_executions(request.user), pk, "execution")
-        return Response(ExecutionSerializer(execution).data)
+        return Response(execution_data(request.user, pk))
 
 
 class ExecutionOutput(APIView):

@@ -28,7 +28,7 @@ from console.api_errors import _message as error_text
 from executions import services as executions
 from executions import sessions
 from executions.actions import ActionSpec
-from executions.api import ExecutionSerializer, visible_executions
+from executions.api import ExecutionSerializer, execution_data, visible_executions
 from executions.models import SandboxSession
 
 from . import results
@@ -236,10 +236,7 @@ def _execution(principal: Principal, pk: int) -> dict:
 
 
 def _execution_data(principal: Principal, pk: int) -> dict:
-    execution = visible_executions(principal.user).filter(pk=pk).first()
-    if execution is None:
-        raise ToolError(f"execution {pk} does not exist or is not visible to you")
-    return results.jsonable(ExecutionSerializer(execution).data)
+    return results.jsonable(execution_data(principal.user, pk))
 
 
 # --- reading and cancelling ------------------------------------------------------------

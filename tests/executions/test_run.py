@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from rest_framework.utils.encoders import JSONEncoder as DRFEncoder
 
 from approvals.models import Proposal
 from approvals.services import submit
@@ -299,6 +300,35 @@ def test_executions_are_visible_to_their_agent_and_reviewers_only(
     assert outsider_api.get(f"/api/v1/executions/{execution.pk}").status_code == 403
     assert client_for().get(f"/api/v1/executions/{execution.pk}").status_code == 401
     assert Proposal.objects.get(execution=execution).agent == agent
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+def test_the_result_read_answers_what_the_serializer_of_the_orm_instance_does(
+    agent_and_token, reviewer_api
+):
+    from executions.api import ExecutionSerializer
+
+    agent, token = agent_and_token
+    api = client_for(token)
+    ran = approved_script(  # stdout and stderr interleaved, a non-zero exit
+        agent, "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)"
+    )
+    services.run(ran.pk)
+    cancelled = approved_script(agent, "print(2)")
+    services.request_cancel(cancelled.pk, "user:test")
+    queued = approved_script(agent, "print(3)")
+    for execution in (ran, cancelled, queued):
+        orm = Execution.objects.select_related("proposal").get(pk=execution.pk)
+        expected = json.loads(json.dumps(ExecutionSerializer(orm).data, cls=DRFEncoder))
+        assert api.get(f"/api/v1/executions/{execution.pk}").json() == expected
+        assert reviewer_api.get(f"/api/v1/executions/{execution.pk}").json() == expected
+    body = api.get(f"/api/v1/executions/{ran.pk}").json()
+    assert (body["stdout"], body["stderr"], body["exit_code"]) == ("out\n", "err\n", 3)
+    assert body["proposal_id"] == Proposal.objects.get(execution=ran).pk
+    assert api.get("/api/v1/executions/999999").json()["error"]["message"] == (
+        "execution 999999 does not exist or is not visible to you"
+    )
 
 
 @pytest.mark.django_db(transaction=True)
