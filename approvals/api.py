@@ -155,16 +155,43 @@ def submitted(request, submission: services.Submission) -> Response:
     return Response(represent(row), status=status.HTTP_201_CREATED)
 
 
+WAIT_PARAMETERS = [
+    OpenApiParameter(
+        "wait",
+        float,
+        description=f"block up to this many seconds (≤ {settings.LONG_POLL_MAX_SECONDS}) "
+        "for a change of status, approvals or execution status; a proposal that has "
+        "reached its end (denied, rejected, expired, or its execution finished) "
+        "answers at once",
+    ),
+    OpenApiParameter(
+        "until",
+        str,
+        enum=UNTIL,
+        description="what a `wait` waits for: `change` (the default) any change of "
+        "what the call read; `decided` the proposal's decision (approved, denied, "
+        "rejected, expired); `finished` its end: a decision against it, or its "
+        "execution's end. A proposal already there answers at once.",
+    ),
+]
+
+
 class ProposalCreate(APIView):
     @extend_schema(
         request=services.EnvelopeSerializer,
+        parameters=WAIT_PARAMETERS,
         responses={201: ProposalSerializer, 200: ProposalSerializer},
         summary="Propose an action",
-        description="The same idempotency key returns the original proposal (200).",
+        description="The same idempotency key returns the original proposal (200). With "
+        "`?wait=N&until=finished` the call answers once the proposal has run (or was "
+        "decided against), within N seconds: proposal to result in one call.",
     )
     def post(self, request):
         if not is_agent(request.user):
             raise ApiError(403, "permission_denied", "only agent tokens can propose actions")
+        # Before anything is made: a bad wait must not leave a proposal behind.
+        _wait_seconds(request)
+        _until(request)
         try:
             submission = services.submit(request.user.agent, request.data)
         except services.ProposalError as exc:
@@ -174,25 +201,7 @@ class ProposalCreate(APIView):
 
 class ProposalDetail(APIView):
     @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "wait",
-                int,
-                description=f"block up to this many seconds (≤ {settings.LONG_POLL_MAX_SECONDS}) "
-                "for a change of status, approvals or execution status; a proposal that has "
-                "reached its end (denied, rejected, expired, or its execution finished) "
-                "answers at once",
-            ),
-            OpenApiParameter(
-                "until",
-                str,
-                enum=UNTIL,
-                description="what a `wait` waits for: `change` (the default) any change of "
-                "what the call read; `decided` the proposal's decision (approved, denied, "
-                "rejected, expired); `finished` its end: a decision against it, or its "
-                "execution's end. A proposal already there answers at once.",
-            ),
-        ],
+        parameters=WAIT_PARAMETERS,
         responses=ProposalSerializer,
         summary="Read a proposal",
     )

@@ -6,7 +6,11 @@ from .waiting import long_poll
 app_name = "approvals-api"
 
 urlpatterns = [
-    path("proposals", api.ProposalCreate.as_view(), name="create"),
+    path(
+        "proposals",
+        long_poll(api.ProposalCreate.as_view(), read_again=api.proposal_data),
+        name="create",
+    ),
     path("proposals/<int:pk>", long_poll(api.ProposalDetail.as_view()), name="detail"),
     path("proposals/<int:pk>/approve", api.ProposalApprove.as_view(), name="approve"),
     path("proposals/<int:pk>/reject", api.ProposalReject.as_view(), name="reject"),

@@ -265,8 +265,8 @@ def watcher() -> ProposalWatcher:
     return _watchers[loop]
 
 
-def long_poll(view):
-    """Wrap the proposal-read view: with ``?wait=N`` hold its answer until a change.
+def long_poll(view, read_again=None):
+    """Wrap a view that answers a proposal: with ``?wait=N`` hold its answer until a change.
 
     The view authenticates, validates ``wait`` and serializes. Under Airlock's
     ASGI handler the call then waits without a thread or a connection: the
@@ -278,31 +278,41 @@ def long_poll(view):
     ``?until=decided`` or ``?until=finished`` waits past the steps on the way
     (approvals, the execution starting) for the decision or the end; a step a
     message tells needs no read, so a proposal → result is one call.
+
+    A view that makes the proposal (a POST) is not asked again: after it,
+    ``read_again(user, pk)`` reads the proposal into the same response.
     """
 
     def waiting_view(request, *args, **kwargs):
-        response = view(request, *args, **kwargs)
-        if request.method not in ("GET", "HEAD") or response.status_code != 200:
+        state = getattr(request, "_long_poll", None)
+        if state is not None and read_again is not None:
+            response = state[4]
+            response.long_poll = None  # the answer of an earlier pass: its wait is over
+            retell(response, **read_again(request.user, state[5]))
+        else:
+            response = view(request, *args, **kwargs)
+        if request.method not in WAITING_METHODS or response.status_code not in (200, 201):
             return response
         now = fingerprint_of(response.data)
-        if getattr(request, "_long_poll", None) is None:
+        if state is None:
             wait = float(request.GET.get("wait") or 0)  # the view answered 400 to bad ones
             until = request.GET.get("until") or CHANGE
             if not wait or settled(now) or (until != CHANGE and reached(until, now, now)):
                 return response
-            request._long_poll = (now, now, until, time.monotonic() + wait)
-        first, seen, until, deadline = request._long_poll
+            state = (now, now, until, time.monotonic() + wait, response, response.data["id"])
+            request._long_poll = state
+        first, seen, until, deadline, _, pk = state
         left = deadline - time.monotonic()
         if reached(until, first, now) or left <= 0:
             return response
         if now != seen:  # a step on the way to what the call waits for: wait on from here
             seen = now
-            request._long_poll = (first, seen, until, deadline)
+            request._long_poll = (first, seen, until, deadline, response, pk)
 
         async def long_poll() -> bool:
             """True: woken, ask the view again; False: answer ``response`` as it now is."""
             known, wait = seen, left
-            while (now := await watcher().next_state(kwargs["pk"], known, wait)) is not None:
+            while (now := await watcher().next_state(pk, known, wait)) is not None:
                 if not execution_moved_on(known, now):
                     return True  # only a read knows what changed
                 known = now  # told by the message: no read needed
@@ -326,6 +336,9 @@ def long_poll(view):
     waiting_view.initkwargs = view.initkwargs
     waiting_view.csrf_exempt = True
     return waiting_view
+
+
+WAITING_METHODS = ("GET", "HEAD", "POST")
 
 
 def reached(until: str, first: Fingerprint, now: Fingerprint) -> bool:

@@ -3,7 +3,8 @@
 
 Starts ``manage.py serve`` on a fresh data dir, then for N proposals of
 ``print(1)`` measures the time from POST /api/v1/proposals to a finished
-result (one long-poll on the proposal until it has finished), beside the
+result (``--flow one-call``: the POST itself waits, ``?wait=10&until=finished``;
+``--flow poll``: a POST, then long-polls of the proposal), beside the
 same script run directly in the same sandbox backend in this process, in
 alternating blocks of ten so that both meet the host as it is in the same
 minute. Prints a table of medians and p95s and the overhead ratio.
@@ -39,10 +40,17 @@ sys.path.insert(0, str(ROOT))
 from scripts.benchmarking import percentile, run_in_sandbox  # noqa: E402
 from tests.serving import Server, start_server  # noqa: E402
 
+FLOWS = {
+    # The agent's fewest calls: propose, and the answer comes once it has run.
+    "one-call": "?wait=10&until=finished",
+    # Propose, then long-poll the proposal until it has run.
+    "poll": "",
+}
 
-def through_airlock(server: Server) -> float:
+
+def through_airlock(server: Server, flow: str = "one-call") -> float:
     started = time.perf_counter()
-    proposal = server.propose_script("print(1)")
+    proposal = server.propose_script("print(1)", query=FLOWS[flow])
     while proposal.get("execution_status") not in ("succeeded", "failed", "timed_out"):
         _, proposal = server.api(
             "GET", f"/api/v1/proposals/{proposal['id']}?wait=10&until=finished"
@@ -87,6 +95,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--backend", default="local")
     parser.add_argument("--scale", action="store_true", help="PostgreSQL + Redis")
+    parser.add_argument(
+        "--flow", choices=FLOWS, default="one-call", help="how the agent waits for the result"
+    )
     parser.add_argument("--against", type=Path, help="another checkout to compare, run alongside")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
@@ -119,12 +130,12 @@ def main() -> None:
         for block in range(0, args.runs, BLOCK):
             for run in range(block, min(block + BLOCK, args.runs)):
                 for name in sorted(servers, reverse=bool(run % 2)):  # who goes first alternates
-                    times[name].append(through_airlock(servers[name]))
+                    times[name].append(through_airlock(servers[name], args.flow))
             time.sleep(PAUSE_SECONDS)
             sandbox += [direct(args.backend) for _ in range(min(BLOCK, args.runs - block))]
             time.sleep(PAUSE_SECONDS)
     deployment = "scale (PostgreSQL + Redis)" if args.scale else "embedded (SQLite)"
-    print(f"backend={args.backend} runs={args.runs} deployment={deployment}")
+    print(f"backend={args.backend} runs={args.runs} deployment={deployment} flow={args.flow}")
     print("| path | p50 ms | p95 ms | p50 vs sandbox |")
     print("|---|---|---|---|")
     base_p50 = statistics.median(sandbox)

@@ -58,10 +58,12 @@ class Server:
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read())
 
-    def propose_script(self, code: str, reason: str = "", timeout_seconds: int = 60) -> dict:
+    def propose_script(
+        self, code: str, reason: str = "", timeout_seconds: int = 60, query: str = ""
+    ) -> dict:
         status, body = self.api(
             "POST",
-            "/api/v1/proposals",
+            "/api/v1/proposals" + query,
             {
                 "action": "script.execute",
                 "parameters": {

@@ -635,6 +635,118 @@ def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
     assert answered == agent_api.get(f"/api/v1/proposals/{proposal.pk}").json()
 
 
+def test_a_proposal_made_with_wait_until_finished_answers_its_result_in_one_call(agent_api):
+    """POST ?wait&until=finished: made, then held past the start until the end."""
+    before = Proposal.objects.count()
+    stepper = later(0.5, lambda: run_next_execution(before))
+    started = time.monotonic()
+    response = agent_api.post("/api/v1/proposals?wait=20&until=finished", PRINT_HI, format="json")
+    elapsed = time.monotonic() - started
+    stepper.join()
+    assert response.status_code == 201
+    body = response.json()
+    assert (body["status"], body["execution_status"]) == ("approved", "succeeded")
+    assert 0.9 < elapsed < 10, elapsed  # it answered the end, not the start
+    assert Proposal.objects.count() == before + 1  # made once, however many passes
+    assert body == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+
+    replay = {**PRINT_HI, "idempotency_key": "again"}
+    first = agent_api.post("/api/v1/proposals", replay, format="json").json()
+    run_execution_of(first)
+    started = time.monotonic()
+    again = agent_api.post("/api/v1/proposals?wait=20&until=finished", replay, format="json")
+    assert time.monotonic() - started < 2  # finished already: at once
+    assert again.status_code == 200
+    assert again.json()["id"] == first["id"]
+    assert again.json()["execution_status"] == "succeeded"
+
+
+def test_a_proposal_made_with_wait_until_decided_answers_the_reviewers_decision(
+    agent_api, reviewer
+):
+    before = Proposal.objects.count()
+
+    def approve():
+        pending = Proposal.objects.order_by("-pk").first()
+        services.decide(pending.pk, reviewer, "approve", "ok")
+
+    decider = later(0.5, approve)
+    response = agent_api.post("/api/v1/proposals?wait=20&until=decided", RISKY, format="json")
+    decider.join()
+    assert response.status_code == 201
+    assert (response.json()["status"], response.json()["execution_status"]) == (
+        "approved",
+        "queued",
+    )
+    assert Proposal.objects.count() == before + 1
+
+
+@pytest.mark.parametrize("query", ["wait=soon", "wait=100000", "wait=1&until=done"])
+def test_a_bad_wait_on_a_proposal_made_is_a_400_that_makes_nothing(agent_api, query):
+    before = Proposal.objects.count()
+    response = agent_api.post(f"/api/v1/proposals?{query}", PRINT_HI, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "validation_error"
+    assert Proposal.objects.count() == before
+
+
+def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
+    agent_and_token, agent_api
+):
+    from channels.testing import HttpCommunicator
+
+    from console.handler import OneHopASGIHandler
+
+    _, token = agent_and_token
+    app = OneHopASGIHandler(threads=2)
+    before = Proposal.objects.count()
+
+    async def main():
+        body = json.dumps(PRINT_HI).encode()
+        headers = [
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        path = "/api/v1/proposals?wait=20&until=finished"
+        call = HttpCommunicator(app, "POST", path, body=body, headers=headers)
+        answer = asyncio.create_task(call.get_response(timeout=30))
+        while await asyncio.to_thread(lambda: Proposal.objects.count() == before):
+            assert not answer.done(), answer.result()  # it made the proposal and waits
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        made = await asyncio.to_thread(lambda: Proposal.objects.order_by("-pk").first())
+        await asyncio.to_thread(start_execution, made.execution_id)
+        await asyncio.sleep(0.3)
+        assert not answer.done()  # a start is not the end
+        await asyncio.to_thread(end_execution, made.execution_id)
+        response = await answer
+        await wind_down(waiting.watcher())
+        return response
+
+    response = asyncio.run(main())
+    assert response["status"] == 201
+    assert int(dict(response["headers"])[b"Content-Length"]) == len(response["body"])
+    answered = json.loads(response["body"])
+    assert answered["execution_status"] == "succeeded"
+    assert answered == agent_api.get(f"/api/v1/proposals/{answered['id']}").json()
+    assert Proposal.objects.count() == before + 1
+
+
+def run_execution_of(proposal: dict) -> None:
+    start_execution(proposal["execution_id"])
+    end_execution(proposal["execution_id"])
+
+
+def run_next_execution(before: int) -> None:
+    """Start, then 0.5 s later end, the execution of the proposal made after ``before``."""
+    wait_for(lambda: Proposal.objects.count() > before, 10)
+    made = Proposal.objects.order_by("-pk").first()
+    start_execution(made.execution_id)
+    time.sleep(0.5)
+    end_execution(made.execution_id)
+
+
 @contextlib.contextmanager
 def own_redis(settings, layer: str):
     """A redis-server of the test's own as the channel layer: yields (stop, start) it."""
