@@ -35,11 +35,13 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import close_old_connections, connection, connections
 
+from console.api_errors import ApiError
 from console.handler import WAITS_OFF_THREAD
 from executions.broadcast import PROPOSALS_GROUP
 from executions.choices import TERMINAL, ExecutionStatus
@@ -284,11 +286,15 @@ def long_poll(view, read_again=None):
     """
 
     def waiting_view(request, *args, **kwargs):
-        state = getattr(request, "_long_poll", None)
+        state: _Waiting | None = getattr(request, "_long_poll", None)
         if state is not None and read_again is not None:
-            response = state[4]
+            response = state.response
             response.long_poll = None  # the answer of an earlier pass: its wait is over
-            retell(response, **read_again(request.user, state[5]))
+            try:
+                # As the user the view authenticated: this pass's middleware knows only the session.
+                retell(response, **read_again(state.user, state.pk))
+            except ApiError:
+                return response  # not readable any more (say, the agent removed): as it was
         else:
             response = view(request, *args, **kwargs)
         if request.method not in WAITING_METHODS or response.status_code not in (200, 201):
@@ -299,15 +305,28 @@ def long_poll(view, read_again=None):
             until = request.GET.get("until") or CHANGE
             if not wait or settled(now) or (until != CHANGE and reached(until, now, now)):
                 return response
-            state = (now, now, until, time.monotonic() + wait, response, response.data["id"])
+            state = _Waiting(
+                first=now,
+                seen=now,
+                until=until,
+                deadline=time.monotonic() + wait,
+                response=response,
+                pk=response.data["id"],
+                user=request.user,
+            )
             request._long_poll = state
-        first, seen, until, deadline, _, pk = state
+        first, seen, until, deadline, pk = (
+            state.first,
+            state.seen,
+            state.until,
+            state.deadline,
+            state.pk,
+        )
         left = deadline - time.monotonic()
         if reached(until, first, now) or left <= 0:
             return response
         if now != seen:  # a step on the way to what the call waits for: wait on from here
-            seen = now
-            request._long_poll = (first, seen, until, deadline, response, pk)
+            seen = state.seen = now
 
         async def long_poll() -> bool:
             """True: woken, ask the view again; False: answer ``response`` as it now is."""
@@ -339,6 +358,19 @@ def long_poll(view, read_again=None):
 
 
 WAITING_METHODS = ("GET", "HEAD", "POST")
+
+
+@dataclass
+class _Waiting:
+    """A waiting call's state between the passes of its view."""
+
+    first: Fingerprint  # what the call first answered
+    seen: Fingerprint  # what it last read or was told
+    until: str
+    deadline: float
+    response: object  # the first pass's
+    pk: int
+    user: object  # as the view authenticated it
 
 
 def reached(until: str, first: Fingerprint, now: Fingerprint) -> bool:

@@ -690,9 +690,12 @@ def test_a_bad_wait_on_a_proposal_made_is_a_400_that_makes_nothing(agent_api, qu
     assert Proposal.objects.count() == before
 
 
+@pytest.mark.parametrize("reviewed", [False, True], ids=["approved-by-policy", "reviewed"])
 def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
-    agent_and_token, agent_api
+    agent_and_token, agent_api, reviewer, reviewed
 ):
+    """Under the server's handler: past a reviewer's approval (a read, on a pass of its own
+    through the middleware) and the execution's start, to the end."""
     from channels.testing import HttpCommunicator
 
     from console.handler import OneHopASGIHandler
@@ -702,7 +705,7 @@ def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
     before = Proposal.objects.count()
 
     async def main():
-        body = json.dumps(PRINT_HI).encode()
+        body = json.dumps(RISKY if reviewed else PRINT_HI).encode()
         headers = [
             (b"authorization", f"Bearer {token}".encode()),
             (b"content-type", b"application/json"),
@@ -716,19 +719,24 @@ def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
         made = await asyncio.to_thread(lambda: Proposal.objects.order_by("-pk").first())
+        if reviewed:
+            await asyncio.to_thread(services.decide, made.pk, reviewer, "approve", "ok")
+            await asyncio.sleep(0.3)
+            assert not answer.done(), answer.result()  # a decision is not the end
+            made = await asyncio.to_thread(lambda: Proposal.objects.get(pk=made.pk))
         await asyncio.to_thread(start_execution, made.execution_id)
         await asyncio.sleep(0.3)
-        assert not answer.done()  # a start is not the end
+        assert not answer.done(), answer.result()  # a start is not the end
         await asyncio.to_thread(end_execution, made.execution_id)
         response = await answer
         await wind_down(waiting.watcher())
         return response
 
     response = asyncio.run(main())
-    assert response["status"] == 201
+    assert response["status"] == 201, response["body"]
     assert int(dict(response["headers"])[b"Content-Length"]) == len(response["body"])
     answered = json.loads(response["body"])
-    assert answered["execution_status"] == "succeeded"
+    assert (answered["status"], answered["execution_status"]) == ("approved", "succeeded")
     assert answered == agent_api.get(f"/api/v1/proposals/{answered['id']}").json()
     assert Proposal.objects.count() == before + 1
 
