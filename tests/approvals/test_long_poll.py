@@ -49,9 +49,8 @@ def later(delay: float, action) -> threading.Thread:
 def test_a_waiting_call_answers_as_soon_as_a_reviewer_approves(agent_api, reviewer):
     _, body = propose(agent_api, RISKY)
     assert body["status"] == "pending"
+    started = time.monotonic()  # before the decider: its 0.5 s count from here at the earliest
     decider = later(0.5, lambda: services.decide(body["id"], reviewer, "approve", "ok"))
-
-    started = time.monotonic()
     response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=30")
     elapsed = time.monotonic() - started
     decider.join()
@@ -539,8 +538,8 @@ def test_a_wait_until_finished_answers_the_end_told_by_messages_with_one_read(
     _, body = propose(agent_api, PRINT_HI)
     execution_id = body["execution_id"]
     runs = counting_views(monkeypatch)
-    stepper = steps(lambda: start_execution(execution_id), lambda: end_execution(execution_id))
     started = time.monotonic()
+    stepper = steps(lambda: start_execution(execution_id), lambda: end_execution(execution_id))
     response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=20&until=finished")
     elapsed = time.monotonic() - started
     stepper.join()
@@ -587,8 +586,8 @@ def test_a_wait_until_decided_answers_the_approval_not_the_run(agent_api, review
 def test_a_wait_until_finished_that_runs_out_answers_the_step_it_was_told(agent_api, monkeypatch):
     _, body = propose(agent_api, PRINT_HI)
     runs = counting_views(monkeypatch)
-    stepper = steps(lambda: start_execution(body["execution_id"]))
     started = time.monotonic()
+    stepper = steps(lambda: start_execution(body["execution_id"]))
     response = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=1.5&until=finished")
     stepper.join()
     assert time.monotonic() - started >= 1.4
@@ -638,8 +637,8 @@ def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
 def test_a_proposal_made_with_wait_until_finished_answers_its_result_in_one_call(agent_api):
     """POST ?wait&until=finished: made, then held past the start until the end."""
     before = Proposal.objects.count()
-    stepper = later(0.5, lambda: run_next_execution(before))
     started = time.monotonic()
+    stepper = later(0.5, lambda: run_next_execution(before))
     response = agent_api.post("/api/v1/proposals?wait=20&until=finished", PRINT_HI, format="json")
     elapsed = time.monotonic() - started
     stepper.join()
