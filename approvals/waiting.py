@@ -315,13 +315,8 @@ def long_poll(view, read_again=None):
                 user=request.user,
             )
             request._long_poll = state
-        first, seen, until, deadline, pk = (
-            state.first,
-            state.seen,
-            state.until,
-            state.deadline,
-            state.pk,
-        )
+        first, until, deadline, pk = state.first, state.until, state.deadline, state.pk
+        seen = state.seen
         left = deadline - time.monotonic()
         if reached(until, first, now) or left <= 0:
             return response
