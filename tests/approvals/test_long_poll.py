@@ -444,12 +444,35 @@ def waiting_across(
     return before[0], response
 
 
+def asgi_call(app, token: str, method: str, path: str, body: dict | None = None):
+    """A call to ``app`` as the agent of ``token``, under way: the task answers its response."""
+    from channels.testing import HttpCommunicator
+
+    headers = [(b"authorization", f"Bearer {token}".encode())]
+    content = b""
+    if body is not None:
+        content = json.dumps(body).encode()
+        headers += [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(content)).encode()),
+        ]
+    call = HttpCommunicator(app, method, path, body=content, headers=headers)
+    return asyncio.create_task(call.get_response(timeout=30))
+
+
+def answered(response: dict, status: int, agent_api) -> dict:
+    """The proposal a call answered with ``status``: its length told right, and as read now."""
+    assert response["status"] == status, response["body"]
+    assert int(dict(response["headers"])[b"Content-Length"]) == len(response["body"])
+    proposal = json.loads(response["body"])
+    assert proposal == agent_api.get(f"/api/v1/proposals/{proposal['id']}").json()
+    return proposal
+
+
 def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_again(
     agent_and_token, agent_api, monkeypatch
 ):
     """An ended execution never changes again: the message that tells of it is the answer."""
-    from channels.testing import HttpCommunicator
-
     from console.handler import OneHopASGIHandler
 
     agent, token = agent_and_token
@@ -460,11 +483,7 @@ def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_a
     app = OneHopASGIHandler(threads=2)
 
     async def main():
-        headers = [(b"authorization", f"Bearer {token}".encode())]
-        path = f"/api/v1/proposals/{proposal.pk}?wait=20"
-        answer = asyncio.create_task(
-            HttpCommunicator(app, "GET", path, headers=headers).get_response(timeout=30)
-        )
+        answer = asgi_call(app, token, "GET", f"/api/v1/proposals/{proposal.pk}?wait=20")
         while not runs:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.5)  # waiting, having seen it running
@@ -476,12 +495,8 @@ def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_a
 
     before_the_end, response = asyncio.run(main())
     assert len(runs) == before_the_end  # the view ran before the wait, not after it
-    assert response["status"] == 200
-    headers = dict(response["headers"])
-    assert int(headers[b"Content-Length"]) == len(response["body"])
-    answered = json.loads(response["body"])
-    assert answered["execution_status"] == "succeeded"
-    assert answered == agent_api.get(f"/api/v1/proposals/{proposal.pk}").json()
+    body = answered(response, 200, agent_api)
+    assert (body["id"], body["execution_status"]) == (proposal.pk, "succeeded")
 
 
 @pytest.mark.parametrize(
@@ -599,8 +614,6 @@ def test_a_wait_until_finished_that_runs_out_answers_the_step_it_was_told(agent_
 def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
     agent_and_token, agent_api, monkeypatch
 ):
-    from channels.testing import HttpCommunicator
-
     from console.handler import OneHopASGIHandler
 
     agent, token = agent_and_token
@@ -609,11 +622,8 @@ def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
     app = OneHopASGIHandler(threads=2)
 
     async def main():
-        headers = [(b"authorization", f"Bearer {token}".encode())]
         path = f"/api/v1/proposals/{proposal.pk}?wait=20&until=finished"
-        answer = asyncio.create_task(
-            HttpCommunicator(app, "GET", path, headers=headers).get_response(timeout=30)
-        )
+        answer = asgi_call(app, token, "GET", path)
         while not runs:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
@@ -627,11 +637,8 @@ def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
 
     response = asyncio.run(main())
     assert runs == [proposal.pk]
-    assert response["status"] == 200
-    assert int(dict(response["headers"])[b"Content-Length"]) == len(response["body"])
-    answered = json.loads(response["body"])
-    assert answered["execution_status"] == "succeeded"
-    assert answered == agent_api.get(f"/api/v1/proposals/{proposal.pk}").json()
+    body = answered(response, 200, agent_api)
+    assert (body["id"], body["execution_status"]) == (proposal.pk, "succeeded")
 
 
 def test_a_proposal_made_with_wait_until_finished_answers_its_result_in_one_call(agent_api):
@@ -695,8 +702,6 @@ def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
 ):
     """Under the server's handler: past a reviewer's approval (a read, on a pass of its own
     through the middleware) and the execution's start, to the end."""
-    from channels.testing import HttpCommunicator
-
     from console.handler import OneHopASGIHandler
 
     _, token = agent_and_token
@@ -704,15 +709,8 @@ def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
     before = Proposal.objects.count()
 
     async def main():
-        body = json.dumps(RISKY if reviewed else PRINT_HI).encode()
-        headers = [
-            (b"authorization", f"Bearer {token}".encode()),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ]
         path = "/api/v1/proposals?wait=20&until=finished"
-        call = HttpCommunicator(app, "POST", path, body=body, headers=headers)
-        answer = asyncio.create_task(call.get_response(timeout=30))
+        answer = asgi_call(app, token, "POST", path, RISKY if reviewed else PRINT_HI)
         while await asyncio.to_thread(lambda: Proposal.objects.count() == before):
             assert not answer.done(), answer.result()  # it made the proposal and waits
             await asyncio.sleep(0.01)
@@ -731,12 +729,8 @@ def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
         await wind_down(waiting.watcher())
         return response
 
-    response = asyncio.run(main())
-    assert response["status"] == 201, response["body"]
-    assert int(dict(response["headers"])[b"Content-Length"]) == len(response["body"])
-    answered = json.loads(response["body"])
-    assert (answered["status"], answered["execution_status"]) == ("approved", "succeeded")
-    assert answered == agent_api.get(f"/api/v1/proposals/{answered['id']}").json()
+    body = answered(asyncio.run(main()), 201, agent_api)
+    assert (body["status"], body["execution_status"]) == ("approved", "succeeded")
     assert Proposal.objects.count() == before + 1
 
 
