@@ -189,9 +189,7 @@ class ProposalCreate(APIView):
     def post(self, request):
         if not is_agent(request.user):
             raise ApiError(403, "permission_denied", "only agent tokens can propose actions")
-        # Before anything is made: a bad wait must not leave a proposal behind.
-        _wait_seconds(request)
-        _until(request)
+        _check_waiting(request)  # before anything is made: a bad wait leaves no proposal
         try:
             submission = services.submit(request.user.agent, request.data)
         except services.ProposalError as exc:
@@ -207,10 +205,14 @@ class ProposalDetail(APIView):
     )
     def get(self, request, pk: int):
         data = proposal_data(request.user, pk)
-        # Validated here; the waiting is approvals.waiting.long_poll's.
-        _wait_seconds(request)
-        _until(request)
+        _check_waiting(request)
         return Response(data)
+
+
+def _check_waiting(request) -> None:
+    """400 for a bad ``wait`` or ``until``; the waiting is approvals.waiting.long_poll's."""
+    _wait_seconds(request)
+    _until(request)
 
 
 def _wait_seconds(request) -> float:

@@ -17,13 +17,14 @@ from __future__ import annotations
 from django.db import connection
 
 _PG_LOCK_KEY = 0x41_49_52_4C  # "AIRL": any constant, the same everywhere
+_PG_LOCK = f"SELECT pg_advisory_xact_lock({_PG_LOCK_KEY:d})"
 
 
 def take_append_lock() -> None:
     """Hold the append lock until the current transaction ends (PostgreSQL only)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PG_LOCK_KEY])
+            cursor.execute(_PG_LOCK)
 
 
 def read_under_append_lock(sql: str) -> list[tuple]:
@@ -39,6 +40,6 @@ def read_under_append_lock(sql: str) -> list[tuple]:
         if connection.vendor != "postgresql":
             cursor.execute(sql)
             return cursor.fetchall()
-        cursor.execute(f"SELECT pg_advisory_xact_lock({_PG_LOCK_KEY:d}); {sql}")
+        cursor.execute(f"{_PG_LOCK}; {sql}")
         cursor.nextset()
         return cursor.fetchall()
