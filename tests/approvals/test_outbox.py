@@ -9,7 +9,8 @@ from datetime import timedelta
 
 import pytest
 from django.core import mail
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals import notifications, tasks
@@ -107,7 +108,7 @@ def test_a_batch_claimed_by_a_live_drain_is_not_taken_again_until_its_claim_is_s
 ):
     [proposal] = waiting(agent, 1)
     notifications.notify("review_requested", proposal)
-    [claimed] = notifications._claim(10)  # another worker holds it, mid-batch
+    _, [claimed], _ = notifications._claim(10)  # another worker holds it, mid-batch
     assert notifications.drain() == 0 and told == []
 
     # That worker died: after CLAIM_SECONDS the event is someone else's to tell.
@@ -115,6 +116,31 @@ def test_a_batch_claimed_by_a_live_drain_is_not_taken_again_until_its_claim_is_s
     PendingNotification.objects.filter(pk=claimed.pk).update(claimed_at=stale)
     assert notifications.drain() == 1
     assert told == [("review_requested", proposal.pk)]
+
+
+def test_a_drain_costs_the_same_queries_for_one_event_or_many(agent, told, drains):
+    queries = []
+    for count in (1, 5):
+        for proposal in waiting(agent, count):
+            notifications.notify("review_requested", proposal)
+        with CaptureQueriesContext(connection) as captured:
+            assert notifications.drain() == count
+        queries.append([query["sql"] for query in captured.captured_queries])
+    assert not PendingNotification.objects.exists()
+    one, five = queries
+    # The claim (read, update, read back), the proposals, the reviewers (none with an
+    # address: no proposal read again for mail), one delete; no second claim to find
+    # the outbox empty after a batch shorter than the limit.
+    assert len(one) == len(five) == 6, one
+    assert [sql.split()[0] for sql in five] == [
+        "SELECT",
+        "UPDATE",
+        "SELECT",
+        "SELECT",
+        "SELECT",
+        "DELETE",
+    ]
+    assert sum('FROM "approvals_proposal"' in sql for sql in five) == 1
 
 
 @pytest.mark.django_db(transaction=True)
