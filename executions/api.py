@@ -26,7 +26,7 @@ class ChunkSerializer(serializers.ModelSerializer):
 
 
 class ExecutionSerializer(serializers.ModelSerializer):
-    """The result contract of MISSION §4."""
+    """The result contract of MISSION §4, of what ``execution_data`` reads."""
 
     proposal_id = serializers.SerializerMethodField()
     success = serializers.BooleanField(read_only=True)
@@ -58,20 +58,13 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
 
+    # Of the instance ``execution_data`` builds: its row, the proposal's id and the
+    # output read with it (two queries, whatever the output's length).
     def get_proposal_id(self, execution: Execution) -> int | None:
-        if hasattr(execution, "read_proposal_id"):  # read with the row (execution_data)
-            return execution.read_proposal_id
-        proposal = getattr(execution, "proposal", None)
-        return proposal.pk if proposal is not None else None
+        return execution.read_proposal_id
 
     def _streams(self, execution: Execution) -> dict[str, str]:
-        if hasattr(execution, "read_streams"):  # read with the row (execution_data)
-            return execution.read_streams
-        cache = self.context.setdefault("_streams", {})
-        if execution.pk not in cache:
-            chunks = execution.chunks.order_by("seq").values("stream", "data")
-            cache[execution.pk] = joined_streams(chunks)
-        return cache[execution.pk]
+        return execution.read_streams
 
     def get_stdout(self, execution: Execution) -> str:
         return self._streams(execution)["stdout"]
@@ -144,7 +137,7 @@ _execution_serializer = ExecutionSerializer()
 
 def execution_data(user, pk: int) -> dict:
     """Execution ``pk``'s result contract as the API answers it (two queries), if ``user``
-    may see it: the same as ``ExecutionSerializer`` of the ORM's instance."""
+    may see it; else a 404 that does not tell the two apart."""
     may_see_executions(user)
     row = _execution_row.first(pk=pk)
     if row is None or (is_agent(user) and row["read_agent_id"] != user.agent.pk):
@@ -196,10 +189,10 @@ class ExecutionCancel(APIView):
     def post(self, request, pk: int):
         execution = get_or_404(visible_executions(request.user), pk, "execution")
         try:
-            execution = services.request_cancel(execution.pk, actor_label(request.user))
+            services.request_cancel(execution.pk, actor_label(request.user))
         except services.ExecutionConflict as exc:
             raise ApiError(409, "conflict", str(exc)) from None
-        return Response(ExecutionSerializer(execution).data, status=status.HTTP_202_ACCEPTED)
+        return Response(execution_data(request.user, pk), status=status.HTTP_202_ACCEPTED)
 
 
 def _int_param(request, name: str, default: int, minimum: int, maximum: int) -> int:

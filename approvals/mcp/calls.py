@@ -28,7 +28,7 @@ from console.api_errors import _message as error_text
 from executions import services as executions
 from executions import sessions
 from executions.actions import ActionSpec
-from executions.api import ExecutionSerializer, execution_data, visible_executions
+from executions.api import execution_data, visible_executions
 from executions.models import SandboxSession
 
 from . import results
@@ -263,10 +263,10 @@ def _cancel(principal: Principal, pk: int) -> dict:
     if execution is None:
         raise ToolError(f"execution {pk} does not exist or is not visible to you")
     try:
-        execution = executions.request_cancel(pk, principal.label)
+        executions.request_cancel(pk, principal.label)
     except executions.ExecutionConflict as exc:
         raise ToolError(str(exc)) from None
-    return results.jsonable(ExecutionSerializer(execution).data)
+    return _execution_data(principal, pk)
 
 
 async def list_capabilities(call: Call, arguments: dict) -> types.CallToolResult:
