@@ -59,6 +59,10 @@ def until_committed(write: Callable[[], T], what: str) -> T:
 MAX_CHUNK_CHARS = 64 * 1024
 
 
+def _size(chunks: Sequence[OutputChunk]) -> int:
+    return sum(len(chunk.data.encode()) for chunk in chunks)
+
+
 class ExecutionRecorder(OutputSink):
     """An output sink that buffers briefly, bulk-inserts chunks, then broadcasts them.
 
@@ -73,6 +77,7 @@ class ExecutionRecorder(OutputSink):
         super().__init__(cap_bytes)
         self.execution_id = execution_id
         self.seq = start_seq
+        self.stored_bytes = 0  # of the chunks the flusher has committed
         self._pending: list[list[str]] = []  # [stream, text] pairs, merged when adjacent
         self._pending_chars = 0
         self._wake = threading.Condition()
@@ -109,19 +114,32 @@ class ExecutionRecorder(OutputSink):
             batch, self._pending, self._pending_chars = self._pending, [], 0
         return self._numbered(batch)
 
-    def store(self, chunks: Sequence[OutputChunk]) -> None:
-        """Insert ``chunks`` with their counters and tell them on commit (inside a transaction)."""
+    def store(self, chunks: Sequence[OutputChunk], counters: bool = True) -> None:
+        """Insert ``chunks`` and tell them on commit (inside a transaction); with
+        ``counters``, also move the execution's ``last_seq`` and ``output_bytes`` on
+        (the run's end sets them in its own update instead: ``output_bytes_with``)."""
         if not chunks:
             return
         OutputChunk.objects.bulk_create(chunks)
-        Execution.objects.filter(pk=self.execution_id).update(
-            last_seq=chunks[-1].seq,
-            output_bytes=F("output_bytes") + sum(len(c.data.encode()) for c in chunks),
-        )
+        if counters:
+            self.count(chunks)
         broadcast_on_commit(
             execution_group(self.execution_id),
             {"type": "output.chunks", "chunks": [c.as_message() for c in chunks]},
         )
+
+    def count(self, chunks: Sequence[OutputChunk]) -> None:
+        """The execution's counters moved on past ``chunks`` (inside their transaction)."""
+        Execution.objects.filter(pk=self.execution_id).update(
+            last_seq=chunks[-1].seq, output_bytes=F("output_bytes") + _size(chunks)
+        )
+
+    def output_bytes_with(self, chunks: Sequence[OutputChunk]) -> int:
+        """The execution's ``output_bytes`` once ``chunks`` are stored too.
+
+        The recorder is the only writer of its execution's output from the
+        run's start, so what it has committed is the stored count."""
+        return self.stored_bytes + _size(chunks)
 
     def _run(self) -> None:
         written_at = float("-inf")
@@ -159,3 +177,4 @@ class ExecutionRecorder(OutputSink):
                 self.store(chunks)
 
         until_committed(write, f"output of execution {self.execution_id}")
+        self.stored_bytes += _size(chunks)  # once committed (a retried write counts once)

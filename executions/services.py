@@ -337,14 +337,18 @@ def finish(
         "backend": outcome.backend,
         "details": outcome.details,
         "finished_at": timezone.now(),
+        # The output's counters too: one update of the row ends the run.
         "last_seq": recorder.seq,
+        "output_bytes": recorder.output_bytes_with(rest),
     }
 
     def write() -> Execution:
         with transaction.atomic():
-            recorder.store(rest)
+            recorder.store(rest, counters=False)
             ended = _take(execution.pk, ExecutionStatus.RUNNING, status, **fields)
             if ended is None:
+                if rest:
+                    recorder.count(rest)
                 execution.refresh_from_db()
                 log.warning(
                     "execution %s ended as %s after being %s",

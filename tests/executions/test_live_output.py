@@ -9,7 +9,8 @@ import time
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from approvals.services import submit
 from console.asgi import application
@@ -222,9 +223,41 @@ def test_the_output_left_at_the_end_is_written_with_the_end_and_told_before_it(
     assert OutputChunk.objects.filter(execution_id=execution_id).count() == 1  # …and so does it
     assert Execution.objects.get(pk=execution_id).status == "running" and told == []
 
-    services.finish(execution, outcome, recorder, rest)
+    with CaptureQueriesContext(connection) as end:
+        services.finish(execution, outcome, recorder, rest)
+    table = Execution._meta.db_table
+    updates = [q["sql"] for q in end.captured_queries if q["sql"].startswith(f'UPDATE "{table}"')]
+    assert len(updates) == 1, updates  # the rest's counters ride on the update that ends the run
     stored = Execution.objects.get(pk=execution_id)
     assert (stored.status, stored.last_seq, stored.output_bytes) == ("succeeded", 3, 19)
     assert stored.output_text("stdout") == "first\nsecond\n"
     assert stored.output_text("stderr") == "third\n"
     assert told == ["output.chunks", "execution.changed", "execution.status"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_output_left_at_an_end_that_comes_too_late_is_still_counted(agent_and_token, monkeypatch):
+    """The sweeper declared the run lost first: its last output is kept, and counted."""
+    from executions import output
+    from executions.models import Execution
+    from executions.sandboxes.base import RunOutcome
+
+    monkeypatch.setattr(output, "FLUSH_INTERVAL_SECONDS", 3600)
+    execution_id = submit(agent_and_token[0], PRINT_LINE).proposal.execution_id
+    execution = services.claim(execution_id, "a-worker")
+    recorder = output.ExecutionRecorder(execution_id, cap_bytes=1 << 20)
+    first_line_written(recorder)
+    recorder.emit("stdout", "late\n")
+    rest = recorder.stop()
+    Execution.objects.filter(pk=execution_id).update(status="lost")
+    ended = services.finish(
+        execution, RunOutcome(exit_code=0, duration_ms=1, backend="local"), recorder, rest
+    )
+    stored = Execution.objects.get(pk=execution_id)
+    assert (ended.status, stored.status, stored.last_seq, stored.output_bytes) == (
+        "lost",
+        "lost",
+        2,
+        11,
+    )
+    assert stored.output_text("stdout") == "first\nlate\n"
