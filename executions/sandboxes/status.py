@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -9,9 +10,11 @@ from django.conf import settings
 
 from . import probe_all, resolve_backend_name
 
+log = logging.getLogger(__name__)
+
 CACHE_SECONDS = 30
-_cache: dict = {}
-_lock = threading.Lock()
+_last: tuple[float, dict] | None = None  # (monotonic time, status) of the latest probe
+_probing = threading.Lock()  # one probe at a time per process
 
 WEAK_WARNING = (
     "weak isolation: scripts run as plain subprocesses with resource limits only "
@@ -21,9 +24,37 @@ WEAK_WARNING = (
 
 
 def sandbox_status(refresh: bool = False) -> dict:
-    with _lock:
-        if not refresh and _cache and time.monotonic() - _cache["at"] < CACHE_SECONDS:
-            return _cache["status"]
+    """The sandbox in force and every backend's availability, probed at most every 30 s.
+
+    Probing runs the backends' checks (tens of milliseconds; the first in a
+    process also copies what a run sees of /etc). Only the first call in a
+    process, or one with ``refresh``, waits for a probe; once the answer is
+    older than ``CACHE_SECONDS`` callers get it at once while one thread
+    probes again behind them, so no request pays for a probe and concurrent
+    callers never probe side by side.
+    """
+    last = _last
+    if not refresh and last is not None:
+        if time.monotonic() - last[0] >= CACHE_SECONDS and _probing.acquire(blocking=False):
+            threading.Thread(target=_probe_and_release, name="sandbox-probe", daemon=True).start()
+        return last[1]
+    with _probing:
+        if not refresh and _last is not None:
+            return _last[1]  # probed by the caller this one waited for
+        return _probe()
+
+
+def _probe_and_release() -> None:
+    try:
+        _probe()
+    except Exception:  # the last answer stays; the next caller after CACHE_SECONDS tries again
+        log.exception("probing the sandbox backends failed")
+    finally:
+        _probing.release()
+
+
+def _probe() -> dict:
+    global _last
     probes = probe_all()
     backend = resolve_backend_name()
     availability = probes.get(backend)
@@ -43,8 +74,7 @@ def sandbox_status(refresh: bool = False) -> dict:
         status["warning"] = f"sandbox backend {backend!r} is not usable: {status['reason']}"
     elif status["isolation"] == "weak":
         status["warning"] = WEAK_WARNING
-    with _lock:
-        _cache.update(at=time.monotonic(), status=status)
+    _last = (time.monotonic(), status)
     return status
 
 

@@ -673,3 +673,25 @@ def test_a_forked_worker_leaves_the_parents_dirs_alone(sandbox):
     assert os.waitstatus_to_exitcode(status) == 0
     assert os.path.isdir(snapshot)
     assert run(sandbox, "print('parent')")[1].stdout == "parent\n"
+
+
+def test_runs_that_start_together_share_one_copy_of_etc(monkeypatch):
+    made = []
+    real = local.host.tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(local.host.tempfile, "mkdtemp", mkdtemp)
+    local.host._make_etc_snapshot.cache_clear()
+    snapshots = []
+    starters = [
+        threading.Thread(target=lambda: snapshots.append(local._etc_snapshot())) for _ in range(4)
+    ]
+    for starter in starters:
+        starter.start()
+    for starter in starters:
+        starter.join()
+    assert len(made) == 1 and snapshots == made * 4
+    assert os.path.isfile(os.path.join(made[0], "passwd"))

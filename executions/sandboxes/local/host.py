@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -100,13 +101,22 @@ def _system_mounts(etc: bool = True) -> list[str]:
     return args
 
 
-@functools.cache
+_snapshot_lock = threading.Lock()
+
+
 def _etc_snapshot() -> str:
     """A copy of the ``ETC_ENTRIES`` of /etc, made once per process.
 
     One bind of a small copy instead of a bind per entry: each bind costs
-    bubblewrap a few hundred microseconds on every run.
+    bubblewrap a few hundred microseconds on every run. Made under a lock:
+    runs and probes that start together share one copy.
     """
+    with _snapshot_lock:
+        return _make_etc_snapshot()
+
+
+@functools.cache
+def _make_etc_snapshot() -> str:
     _remove_stale_base_dirs()
     snapshot = tempfile.mkdtemp(prefix=f"{BASE_DIR_PREFIX}{os.getpid()}-etc-")
     for name in ETC_ENTRIES:
