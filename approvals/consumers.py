@@ -59,27 +59,37 @@ class QueueConsumer(AsyncWebsocketConsumer):
         if self.proposal_id is not None:
             await self.push()
 
-    async def notification(self, event: dict) -> None:
-        """A notice from ``approvals.notifications``: shown at the top of every console page."""
-        if not isinstance(event.get("proposal_id"), int):
-            return
-        if event["proposal_id"] == self.proposal_id:
-            return  # this page shows that proposal live; a notice would only cover it
-        if not await database_sync_to_async(self.wants_notice)(event):
-            return
-        html = await database_sync_to_async(render_to_string)(
-            "console/base.html#notice", {"notice": event, "oob": True}
-        )
-        await self.send(text_data=html)
+    async def notifications(self, message: dict) -> None:
+        """Notices from ``approvals.notifications``, a drained batch at a time: each one
+        this reviewer wants goes to the top of every console page, in order."""
+        events = [
+            event
+            for event in message.get("events") or ()
+            if isinstance(event, dict)
+            and isinstance(event.get("proposal_id"), int)
+            # This page shows that proposal live; a notice would only cover it.
+            and event["proposal_id"] != self.proposal_id
+        ]
+        if events:
+            html = await database_sync_to_async(self.render_notices)(events)
+            if html:
+                await self.send(text_data=html)
 
-    def wants_notice(self, event: dict) -> bool:
-        """The person's preferences: console notices, their risk bands, outside quiet hours."""
+    def render_notices(self, events: list[dict]) -> str:
+        """The notices the person's preferences let through (console notices, their risk
+        bands, outside quiet hours), rendered to be prepended one after another."""
         from django.utils import timezone
 
         from .models import preferences_for
 
-        risk = event.get("risk") if isinstance(event.get("risk"), int) else 0
-        return preferences_for(self.user).wants("console", risk, timezone.now())
+        preferences, now = preferences_for(self.user), timezone.now()
+        return "".join(
+            render_to_string("console/base.html#notice", {"notice": event, "oob": True})
+            for event in events
+            if preferences.wants(
+                "console", event["risk"] if isinstance(event.get("risk"), int) else 0, now
+            )
+        )
 
     async def push(self, badge_only: bool = False) -> None:
         html = await database_sync_to_async(self.render)(badge_only)

@@ -47,7 +47,7 @@ from django.utils.module_loading import import_string
 
 from console.prepared import PreparedInsert
 from console.roles import REVIEWERS_GROUP
-from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
+from executions.broadcast import PROPOSALS_GROUP, broadcast
 
 from .models import PendingNotification, Proposal, Webhook, WebhookDelivery, preferences_of
 from .retries import MAX_ATTEMPTS, retry_delay
@@ -164,16 +164,22 @@ class Notifier(ABC):
 
 
 class ConsoleNotifier(Notifier):
-    """A live notice to every reviewer's open console."""
+    """Live notices on every reviewer's open console: one channel message per batch.
+
+    A burst of proposals is one message (one row of the embedded channel
+    layer, one render per open console) instead of one per event; each
+    console shows, in order, the notices its reviewer wants
+    (``approvals.consumers.QueueConsumer.notifications``).
+    """
 
     def send(self, event: Event) -> None:
         self.send_all([event])
 
     def send_all(self, events: list[Event]) -> None:
-        # One transaction: a single write for the embedded channel layer, in order.
-        with transaction.atomic():
-            for event in events:
-                broadcast_on_commit(PROPOSALS_GROUP, {"type": "notification", **event.as_dict()})
+        broadcast(
+            PROPOSALS_GROUP,
+            {"type": "notifications", "events": [event.as_dict() for event in events]},
+        )
 
 
 class EmailNotifier(Notifier):

@@ -118,12 +118,15 @@ async def test_a_proposal_page_gets_its_panel_when_someone_else_decides(reviewer
 
 
 async def send_notice(proposal, agent, risk: int = 5) -> None:
+    await send_notices([(proposal, risk)], agent)
+
+
+async def send_notices(proposals: list[tuple], agent) -> None:
+    """What ``ConsoleNotifier`` sends for one drained batch of (proposal, risk)."""
     from channels.layers import get_channel_layer
 
-    await get_channel_layer().group_send(
-        "proposals",
+    events = [
         {
-            "type": "notification",
             "kind": "review_requested",
             "proposal_id": proposal.pk,
             "status": "pending",
@@ -133,8 +136,10 @@ async def send_notice(proposal, agent, risk: int = 5) -> None:
             "risk": risk,
             "url": "",
             "at": "",
-        },
-    )
+        }
+        for proposal, risk in proposals
+    ]
+    await get_channel_layer().group_send("proposals", {"type": "notifications", "events": events})
 
 
 async def test_notifications_arrive_as_notices(reviewer, agent):
@@ -166,6 +171,41 @@ async def test_notices_follow_the_reviewers_preferences(reviewer, agent):
     )
     await send_notice(high, agent, risk=8)
     assert await communicator.receive_nothing(timeout=0.5)
+    await communicator.disconnect()
+
+
+async def test_a_drained_batch_is_one_frame_of_the_notices_wanted_in_order(
+    reviewer, agent, settings, monkeypatch
+):
+    from django.db import transaction
+
+    from approvals import notifications
+    from approvals.models import ReviewerPreferences
+
+    settings.NOTIFIERS = ["approvals.notifications.ConsoleNotifier"]
+    monkeypatch.setattr(notifications, "request_drain", lambda: None)
+    await database_sync_to_async(ReviewerPreferences.objects.create)(
+        user=reviewer, bands=["medium", "high"]
+    )
+    risks = [8, 1, 5, 9]  # the 1 is in a band they did not ask for
+    proposals = [await database_sync_to_async(pending_proposal)(agent, risk=r) for r in risks]
+    communicator = await connect(reviewer)
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)
+
+    def notify_and_drain():
+        with transaction.atomic():
+            for proposal in proposals:
+                notifications.notify("review_requested", proposal)
+        return notifications.drain()
+
+    assert await database_sync_to_async(notify_and_drain)() == 4
+    html = await communicator.receive_from(timeout=5)
+    shown = [p.pk for p in proposals if p.risk_score != 1]
+    positions = [html.index(f"#{pk} script.execute") for pk in shown]
+    assert positions == sorted(positions) and html.count('class="notice ') == 3
+    assert f"#{proposals[1].pk} script.execute" not in html
+    assert await communicator.receive_nothing(timeout=0.5)  # one frame for the batch
     await communicator.disconnect()
 
 
