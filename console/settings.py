@@ -181,7 +181,10 @@ else:
                 "timeout": 30,
                 "transaction_mode": "IMMEDIATE",
                 "init_command": (
-                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000; "
+                    # serve checkpoints the log itself and sets a backstop here
+                    # (console/sqlite/checkpoints.py); SQLite's default otherwise.
+                    f"PRAGMA wal_autocheckpoint={env_int('SQLITE_WAL_AUTOCHECKPOINT', 1000, minimum=1)};"
                 ),
             },
             "TEST": {"NAME": env("SQLITE_TEST_PATH", str(DATA_DIR / "test.sqlite3"))},

@@ -24,6 +24,8 @@ import re
 
 from django.db.backends.sqlite3 import base
 
+from .checkpoints import writer_lock_path
+
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
 
 
@@ -106,6 +108,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def _writer_lock(self) -> int | None:
         if self._writer_fd is None and not self.is_in_memory_db():
-            path = f"{self.settings_dict['NAME']}.writer-lock"
+            path = writer_lock_path(self.settings_dict["NAME"])
             self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         return self._writer_fd

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from console.sqlite.checkpoints import BACKSTOP_PAGES
 from tests.serving import reviewer_token, start_server
 
 
@@ -68,6 +69,19 @@ def test_the_data_dir_is_private_and_serve_says_how_scripts_are_isolated(served)
     sandbox = json.loads(urllib.request.urlopen(served.base + "/healthz", timeout=10).read())
     isolation = sandbox["checks"]["sandbox"]["isolation"]
     assert f"Sandbox: local · isolation {isolation}" in served.log.read_text()
+
+
+def test_serve_copies_the_database_log_back_itself_not_the_writers(served):
+    for pid in served.children():
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"SQLITE_WAL_AUTOCHECKPOINT={BACKSTOP_PAGES}".encode() in environ
+    database = Path(served.data) / "airlock.sqlite3"
+    before = database.stat().st_mtime_ns
+    served.propose_script('print("hi")')  # far fewer pages than any autocheckpoint
+    deadline = time.monotonic() + 10
+    while database.stat().st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert database.stat().st_mtime_ns != before, "nothing copied the log into the database"
 
 
 def test_errors_outside_the_views_are_json_on_the_real_server(served):

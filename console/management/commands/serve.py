@@ -24,6 +24,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from console.settings import private_data_dir
+from console.sqlite.checkpoints import BACKSTOP_PAGES, Checkpointer
 
 STOP_GRACE_SECONDS = 10
 UVICORN_OPTIONS = [
@@ -70,6 +71,7 @@ class Command(BaseCommand):
         self._stopping = False
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        checkpointer = self._start_checkpoints()
         try:
             self._start(listeners, concurrency, no_worker)
             for listener in listeners:
@@ -82,6 +84,16 @@ class Command(BaseCommand):
             self._supervise()
         finally:
             self._stop_all()
+            if checkpointer is not None:
+                checkpointer.stop()
+
+    def _start_checkpoints(self) -> Checkpointer | None:
+        """SQLite's log is checkpointed here, not in the commits of the children."""
+        database = settings.DATABASES["default"]
+        if database["ENGINE"] != "console.sqlite":
+            return None
+        os.environ["SQLITE_WAL_AUTOCHECKPOINT"] = str(BACKSTOP_PAGES)  # the children's
+        return Checkpointer(database["NAME"]).start()
 
     def _prepare_dirs(self) -> None:
         # Everything Airlock writes from here on is its own user's alone: the

@@ -1,0 +1,116 @@
+"""The write-ahead log is checkpointed beside the writers, and still starts over."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from console.sqlite.checkpoints import RESTART_PAGES, Checkpointer, writer_lock_path
+
+PAGE = 4096
+
+
+@pytest.fixture
+def database(tmp_path) -> str:
+    path = str(tmp_path / "db.sqlite3")
+    with sqlite3.connect(path) as connection:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, body BLOB)")
+    return path
+
+
+class Writer:
+    """A writer as the console's are: each commit under the writer lock, no checkpoints of its own."""
+
+    def __init__(self, database: str):
+        self.connection = sqlite3.connect(database, isolation_level=None)
+        self.connection.execute("PRAGMA wal_autocheckpoint=0")
+        self.lock = os.open(writer_lock_path(database), os.O_RDWR | os.O_CREAT)
+
+    def commit(self, pages: int = 1) -> None:
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        try:
+            self.connection.execute("BEGIN IMMEDIATE")
+            for _ in range(pages):
+                self.connection.execute("INSERT INTO rows (body) VALUES (?)", (os.urandom(PAGE),))
+            self.connection.execute("COMMIT")
+        finally:
+            fcntl.flock(self.lock, fcntl.LOCK_UN)
+
+    def log_pages(self) -> int:
+        """Pages in the log now (a checkpoint that copies nothing new says so)."""
+        return self.connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+
+    def close(self) -> None:
+        self.connection.close()
+        os.close(self.lock)
+
+
+@pytest.fixture
+def writer(database):
+    writer = Writer(database)
+    yield writer
+    writer.close()
+
+
+def one_round(database: str) -> tuple[int, int]:
+    connection = sqlite3.connect(database, isolation_level=None)
+    lock = os.open(writer_lock_path(database), os.O_RDWR)
+    try:
+        return Checkpointer.checkpoint(connection, lock)
+    finally:
+        connection.close()
+        os.close(lock)
+
+
+def test_a_short_log_is_copied_without_waiting_for_the_writer_lock(database, writer):
+    writer.commit(pages=50)
+    fcntl.flock(writer.lock, fcntl.LOCK_EX)  # a writer is in the middle of a transaction
+    try:
+        result = []
+        round_ = threading.Thread(target=lambda: result.append(one_round(database)))
+        round_.start()
+        round_.join(5)
+        assert not round_.is_alive()
+    finally:
+        fcntl.flock(writer.lock, fcntl.LOCK_UN)
+    [(pages, copied)] = result
+    assert 50 < pages < RESTART_PAGES and copied == pages
+
+
+def test_a_long_log_is_finished_under_the_writer_lock_and_then_starts_over(database, writer):
+    for _ in range(RESTART_PAGES // 100 + 1):
+        writer.commit(pages=100)
+    fcntl.flock(writer.lock, fcntl.LOCK_EX)
+    result = []
+    round_ = threading.Thread(target=lambda: result.append(one_round(database)))
+    try:
+        round_.start()
+        round_.join(0.5)
+        assert round_.is_alive()  # the first pass is done; the second waits for the writer
+    finally:
+        fcntl.flock(writer.lock, fcntl.LOCK_UN)
+    round_.join(5)
+    [(pages, copied)] = result
+    assert pages >= RESTART_PAGES and copied == pages
+    writer.commit()
+    assert writer.log_pages() < 10  # the next commit started the log over
+    count = sqlite3.connect(database).execute("SELECT count(*) FROM rows").fetchone()[0]
+    assert count == (RESTART_PAGES // 100 + 1) * 100 + 1
+
+
+def test_under_a_steady_stream_of_commits_the_log_stays_short(database, writer):
+    checkpointer = Checkpointer(database, interval=0.005).start()
+    try:
+        for _ in range(400):
+            writer.commit(pages=20)  # 8,000 pages in all
+            time.sleep(0.001)  # what a request does between its transactions
+    finally:
+        checkpointer.stop()
+    wal = os.path.getsize(f"{database}-wal") // PAGE
+    assert wal < 4 * RESTART_PAGES, wal  # without the second pass it holds every page
