@@ -46,3 +46,10 @@ def test_the_scale_deployment_wants_a_shared_key(tmp_path):
     given = settings_with(tmp_path, DATABASE_URL=url, SECRET_KEY="k" * 50)
     assert given.returncode == 0, given.stderr
     assert given.stdout.split() == ["False", "50"]
+
+
+def test_the_models_and_their_migrations_agree(db):
+    from django.core.management import call_command
+
+    # A model changed without its migration would be migrated differently than it runs.
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
