@@ -8,19 +8,23 @@ keeps ``--clients`` keep-alive connections busy for ``--seconds`` each with:
   server stack (no database, no authentication);
 - ``GET /api/v1/proposals/{id}``: an authenticated read;
 - ``POST /api/v1/proposals``: a script proposal that waits for review (so
-  the worker stays idle and the row is the whole cost).
+  the worker stays idle and the row is the whole cost);
+- the same with ``--consoles`` reviewers' consoles open on the queue
+  (``/ws/queue/``), which every new proposal changes.
 
 Prints requests/s, p50 and p95 per request kind, and each p50 against the
 floor's, for every ``--web-processes`` value given (the same run, the same
 machine).
 
     .venv/bin/python scripts/benchmark_api.py [--clients 10] [--seconds 5] [--web-processes 1,2]
+                                              [--consoles 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -34,8 +38,10 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import websockets  # noqa: E402
+
 from scripts.benchmarking import percentile  # noqa: E402
-from tests.serving import Server, start_server  # noqa: E402
+from tests.serving import Server, reviewer_token, start_server  # noqa: E402
 
 # Scores above the auto-approve threshold: the proposal waits for a person.
 REVIEWED_CODE = "import subprocess\nsubprocess.run(['ls', '/'])\n"
@@ -113,7 +119,36 @@ async def load(
     return result
 
 
-def measure(web_processes: int, clients: int, seconds: float) -> dict[str, Load]:
+async def load_with_consoles(
+    server: Server, token: str, consoles: int, body: dict, clients: int, seconds: float
+) -> Load:
+    """``load`` of creates while ``consoles`` reviewers watch the queue; each must get updates."""
+    frames = [0] * consoles
+    done = asyncio.Event()
+
+    async def watch(index: int) -> None:
+        async with websockets.connect(
+            server.base.replace("http", "ws", 1) + "/ws/queue/",
+            additional_headers={"Authorization": f"Bearer {token}", "Origin": server.base},
+            max_size=None,
+        ) as ws:
+            await ws.recv()  # the snapshot
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ws.recv(), 0.2)
+                    frames[index] += 1
+
+    watchers = [asyncio.create_task(watch(i)) for i in range(consoles)]
+    try:
+        result = await load(server, "POST", "/api/v1/proposals", body, clients, seconds)
+    finally:
+        done.set()
+        await asyncio.gather(*watchers)
+    assert all(frames), f"a console got no update: {frames}"
+    return result
+
+
+def measure(web_processes: int, clients: int, seconds: float, consoles: int) -> dict[str, Load]:
     create = {
         "action": "script.execute",
         "parameters": {"language": "python", "code": REVIEWED_CODE},
@@ -133,6 +168,11 @@ def measure(web_processes: int, clients: int, seconds: float) -> dict[str, Load]
             for name, (method, path, body) in kinds.items():
                 asyncio.run(load(server, method, path, body, clients, 1.0))  # warm every process
                 results[name] = asyncio.run(load(server, method, path, body, clients, seconds))
+            if consoles:
+                token = reviewer_token(data_dir)
+                results[f"POST /api/v1/proposals, {consoles} consoles open"] = asyncio.run(
+                    load_with_consoles(server, token, consoles, create, clients, seconds)
+                )
             return results
         finally:
             server.stop()
@@ -149,13 +189,16 @@ def main() -> None:
         default=f"1,{os.cpu_count()}",
         help="comma-separated web process counts to compare (default: 1 and the cores)",
     )
+    parser.add_argument(
+        "--consoles", type=int, default=2, help="reviewers' consoles open for the last row"
+    )
     args = parser.parse_args()
     counts = sorted({int(n) for n in args.web_processes.split(",")})
     print(f"clients={args.clients} seconds={args.seconds} cores={os.cpu_count()}")
     print("| web processes | request | req/s | p50 ms | p95 ms | p50 vs floor | errors |")
     print("|---|---|---|---|---|---|---|")
     for count in counts:
-        results = measure(count, args.clients, args.seconds)
+        results = measure(count, args.clients, args.seconds, args.consoles)
         floor = statistics.median(next(iter(results.values())).latencies)
         for name, result in results.items():
             p50 = statistics.median(result.latencies)

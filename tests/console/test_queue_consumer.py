@@ -117,6 +117,27 @@ async def test_a_proposal_page_gets_its_panel_when_someone_else_decides(reviewer
     await communicator.disconnect()
 
 
+async def test_a_burst_of_changes_is_a_few_renders_that_end_up_to_date(reviewer, agent):
+    from channels.layers import get_channel_layer
+
+    communicator = await connect(reviewer)
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)  # the snapshot: an empty queue
+    layer = get_channel_layer()
+    burst = []
+    for _ in range(30):
+        burst.append(await database_sync_to_async(pending_proposal)(agent))
+        await layer.group_send(
+            "proposals", {"type": "proposal.changed", "proposal_id": burst[-1].pk}
+        )
+    frames = []
+    while not await communicator.receive_nothing(timeout=1):
+        frames.append(await communicator.receive_from(timeout=5))
+    assert 1 <= len(frames) <= 3, len(frames)  # one render per change was 30
+    assert all(f"proposal-row-{proposal.pk}" in frames[-1] for proposal in burst)
+    await communicator.disconnect()
+
+
 async def send_notice(proposal, agent, risk: int = 5) -> None:
     await send_notices([(proposal, risk)], agent)
 
