@@ -12,8 +12,9 @@ A fresh snapshot goes out on connect, so a browser that reconnects after a
 drop is up to date without replaying anything (the database is the truth).
 
 Changes are pushed as fresh renders, not one render per change: the first
-change goes out at once, and the changes that arrive while it renders or
-in the pause after it go out together in one render. The pause is at least
+change goes out at once, and the changes and notices that arrive while it
+renders or in the pause after it go out together in one frame (of a burst's
+notices, the newest ``NOTICES_PER_PUSH``: the queue shows them all). The pause is at least
 ``PUSH_INTERVAL_SECONDS`` and ``PAUSE_PER_RENDER`` times what the render
 took, so that an open console spends at most about a twentieth of the time
 rendering however fast proposals come (a full queue is 200 rows, some 60 ms
@@ -38,6 +39,8 @@ from executions.broadcast import PROPOSALS_GROUP
 CLOSE_FORBIDDEN = 4403
 PUSH_INTERVAL_SECONDS = 0.25
 PAUSE_PER_RENDER = 20
+NOTICES_PER_PUSH = 20
+OWED_NOTICES = 1000
 FULL, BADGE = "full", "badge"  # what a push renders: the page's part, or the badge only
 
 
@@ -54,6 +57,7 @@ class QueueConsumer(AsyncWebsocketConsumer):
         self.user = user
         self.params = QueryDict(self.scope.get("query_string", b"").decode("latin-1"))
         self.proposal_id = _proposal_id(self.scope.get("query_string", b""))
+        self._notices: list[dict] = []  # owed, like _wanted
         await self.accept()
         await self.channel_layer.group_add(PROPOSALS_GROUP, self.channel_name)
         await self.push()
@@ -80,22 +84,12 @@ class QueueConsumer(AsyncWebsocketConsumer):
     def push_soon(self, wanted: str) -> None:
         """Owe a push of ``wanted``; made at once unless one was made just before."""
         self._wanted = FULL if FULL in (wanted, self._wanted) else BADGE
-        if self._pusher is None or self._pusher.done():
-            self._pusher = asyncio.create_task(self._push_owed())
-
-    async def _push_owed(self) -> None:
-        while self._wanted is not None:
-            wanted, self._wanted = self._wanted, None
-            started = time.monotonic()
-            await self.push(badge_only=wanted == BADGE)
-            took = time.monotonic() - started
-            # What changes meanwhile goes out next, in one render.
-            await asyncio.sleep(max(PUSH_INTERVAL_SECONDS, PAUSE_PER_RENDER * took))
+        self._start_pushing()
 
     async def notifications(self, message: dict) -> None:
-        """Notices from ``approvals.notifications``, a drained batch at a time: each one
-        this reviewer wants goes to the top of every console page, in order."""
-        events = [
+        """Notices from ``approvals.notifications`` (a drained batch a message): those
+        this reviewer wants go to the top of every console page, in order."""
+        self._notices += [
             event
             for event in message.get("events") or ()
             if isinstance(event, dict)
@@ -103,10 +97,31 @@ class QueueConsumer(AsyncWebsocketConsumer):
             # This page shows that proposal live; a notice would only cover it.
             and event["proposal_id"] != self.proposal_id
         ]
-        if events:
-            html = await database_sync_to_async(self.render_notices)(events)
+        if self._notices:
+            del self._notices[:-OWED_NOTICES]  # a console that cannot keep up keeps the newest
+            self._start_pushing()
+
+    def _start_pushing(self) -> None:
+        if self._pusher is None or self._pusher.done():
+            self._pusher = asyncio.create_task(self._push_owed())
+
+    async def _push_owed(self) -> None:
+        while self._wanted is not None or self._notices:
+            wanted, notices = self._wanted, self._notices
+            self._wanted, self._notices = None, []
+            started = time.monotonic()
+            html = await database_sync_to_async(self.render_owed)(wanted, notices)
             if html:
                 await self.send(text_data=html)
+            took = time.monotonic() - started
+            # What arrives meanwhile goes out next, in one frame.
+            await asyncio.sleep(max(PUSH_INTERVAL_SECONDS, PAUSE_PER_RENDER * took))
+
+    def render_owed(self, wanted: str | None, notices: list[dict]) -> str:
+        parts = [self.render(badge_only=wanted == BADGE)] if wanted is not None else []
+        if notices:
+            parts.append(self.render_notices(notices))
+        return "".join(parts)
 
     def render_notices(self, events: list[dict]) -> str:
         """The notices the person's preferences let through (console notices, their risk
@@ -116,12 +131,16 @@ class QueueConsumer(AsyncWebsocketConsumer):
         from .models import preferences_for
 
         preferences, now = preferences_for(self.user), timezone.now()
-        return "".join(
-            render_to_string("console/base.html#notice", {"notice": event, "oob": True})
+        wanted = [
+            event
             for event in events
             if preferences.wants(
                 "console", event["risk"] if isinstance(event.get("risk"), int) else 0, now
             )
+        ]
+        return "".join(
+            render_to_string("console/base.html#notice", {"notice": event, "oob": True})
+            for event in wanted[-NOTICES_PER_PUSH:]
         )
 
     async def push(self, badge_only: bool = False) -> None:

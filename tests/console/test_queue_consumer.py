@@ -230,6 +230,25 @@ async def test_a_drained_batch_is_one_frame_of_the_notices_wanted_in_order(
     await communicator.disconnect()
 
 
+async def test_a_burst_of_notices_shows_the_newest_it_wants(reviewer, agent):
+    from approvals.consumers import NOTICES_PER_PUSH
+    from approvals.models import ReviewerPreferences
+
+    await database_sync_to_async(ReviewerPreferences.objects.create)(user=reviewer, bands=["high"])
+    communicator = await connect(reviewer)
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)
+    high = [await database_sync_to_async(pending_proposal)(agent, risk=9) for _ in range(25)]
+    low = [await database_sync_to_async(pending_proposal)(agent, risk=1) for _ in range(25)]
+    burst = [(p, 9) for p in high] + [(p, 1) for p in low]  # the newest are all unwanted
+    await send_notices(burst, agent)
+    html = await receive_until(communicator, "notice")
+    shown = [p.pk for p in high if f"#{p.pk} script.execute" in html]
+    assert shown == [p.pk for p in high[-NOTICES_PER_PUSH:]]
+    assert not any(f"#{p.pk} script.execute" in html for p in low)
+    await communicator.disconnect()
+
+
 async def test_a_proposal_page_gets_no_notice_about_the_proposal_it_shows(reviewer, agent):
     shown = await database_sync_to_async(pending_proposal)(agent)
     other = await database_sync_to_async(pending_proposal)(agent)
