@@ -136,32 +136,32 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     now = timezone.now()
     actor = actor_label(agent)
     approved = outcome.status == ProposalStatus.APPROVED
+    row = _insert_proposal.prepare(
+        agent=agent,
+        action=spec.name,
+        parameters=parameters,
+        summary=spec.describe(parameters)[:300],
+        reason=data["reason"],
+        urgency=data["urgency"],
+        idempotency_key=data.get("idempotency_key"),
+        status=outcome.status,
+        risk_score=score,
+        risk_reasons=reasons,
+        decision_path=outcome.decision_path(policy.version),
+        policy_version=policy.version,
+        required_approvals=outcome.required_approvals,
+        created_at=now,
+        expires_at=(
+            now + timedelta(minutes=policy.review_timeout_minutes)
+            if outcome.status == ProposalStatus.PENDING
+            else None
+        ),
+        decided_at=None if outcome.status == ProposalStatus.PENDING else now,
+    )
     with transaction.atomic():
         # Approved at once: the execution first, so the proposal's row is written once.
         execution = _new_execution(agent, spec.name, parameters) if approved else None
-        proposal = _insert_proposal.create(
-            agent=agent,
-            execution=execution,
-            action=spec.name,
-            parameters=parameters,
-            summary=spec.describe(parameters)[:300],
-            reason=data["reason"],
-            urgency=data["urgency"],
-            idempotency_key=data.get("idempotency_key"),
-            status=outcome.status,
-            risk_score=score,
-            risk_reasons=reasons,
-            decision_path=outcome.decision_path(policy.version),
-            policy_version=policy.version,
-            required_approvals=outcome.required_approvals,
-            created_at=now,
-            expires_at=(
-                now + timedelta(minutes=policy.review_timeout_minutes)
-                if outcome.status == ProposalStatus.PENDING
-                else None
-            ),
-            decided_at=None if outcome.status == ProposalStatus.PENDING else now,
-        )
+        proposal = _insert_proposal.insert(row, execution=execution)
         record(
             actor,
             "proposal.submitted",

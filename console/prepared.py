@@ -121,6 +121,15 @@ class Prepared(_PerConnection):
 
 
 @dataclass
+class PreparedRow:
+    """What ``PreparedInsert.prepare`` built: the instance, and its parameters on ``connection``."""
+
+    instance: object
+    params: list
+    connection: object
+
+
+@dataclass
 class _CompiledInsert:
     sql: str
     fields: list  # in the order of the statement's parameters
@@ -153,6 +162,14 @@ class PreparedInsert(_PerConnection):
 
     def create(self, **values):
         """The new instance, saved, with its primary key."""
+        return self.insert(self.prepare(**values))
+
+    def prepare(self, **values) -> PreparedRow:
+        """The row's instance and parameters, built before the transaction that inserts it.
+
+        Building them is most of an insert's Python; done ahead, it is not
+        done while the transaction holds its locks (SQLite's writer lock).
+        """
         instance = self.model(**values)
         connection = connections[self.using]
         compiled = self._compiled_on(connection, instance)
@@ -160,6 +177,26 @@ class PreparedInsert(_PerConnection):
             field.get_db_prep_save(field.pre_save(instance, True), connection)
             for field in compiled.fields
         ]
+        return PreparedRow(instance, params, connection)
+
+    def insert(self, row: PreparedRow, **late):
+        """Insert a prepared row, with ``late`` values known only now (a foreign key
+        to a row of the same transaction) in place of the ones it was prepared with."""
+        instance = row.instance
+        connection = connections[self.using]
+        compiled = self._compiled_on(connection, instance)
+        for name, value in late.items():
+            setattr(instance, name, value)
+        if connection is not row.connection:  # prepared on another thread's connection
+            changed = compiled.fields
+            params = [None] * len(changed)
+        else:
+            changed = [self.model._meta.get_field(name) for name in late]
+            params = list(row.params)
+        for field in changed:
+            params[compiled.fields.index(field)] = field.get_db_prep_save(
+                getattr(instance, field.attname), connection
+            )
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             if compiled.returns_pk:

@@ -6,7 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -108,6 +108,46 @@ def test_an_insert_stores_the_row_the_orm_stores():
     assert stored[prepared.pk]["parameters"]["code"] == "print('é')\n"
     assert stored[prepared.pk]["approvals_count"] == 0  # a model default
     assert Proposal.objects.get(pk=prepared.pk).created_at == fields["created_at"]
+
+
+def test_a_row_prepared_ahead_is_stored_as_created_with_its_late_values():
+    from executions.models import Execution
+
+    agent = Agent.objects.create(name="a", token_hash="h" * 64, token_hint="h")
+    fields = proposal_fields(agent)
+    insert = PreparedInsert(Proposal)
+    with CaptureQueriesContext(connection) as preparing:
+        row = insert.prepare(**fields)
+    with CaptureQueriesContext(connection) as inside, transaction.atomic():
+        execution = Execution.objects.create(action="script.execute", parameters={})
+        late = insert.insert(row, execution=execution)
+    assert not preparing.captured_queries  # nothing of it waits for the transaction
+    assert sum(query["sql"].startswith("INSERT") for query in inside.captured_queries) == 2
+    by_create = insert.create(**fields, execution=None)
+    stored = {row.pop("id"): row for row in Proposal.objects.values()}
+    assert stored[late.pk].pop("execution_id") == execution.pk == late.execution_id
+    assert stored[by_create.pk].pop("execution_id") is None
+    stored[late.pk].pop("updated_at"), stored[by_create.pk].pop("updated_at")
+    assert stored[late.pk] == stored[by_create.pk]
+
+
+def test_a_row_prepared_on_one_thread_is_inserted_on_another_connection():
+    agent = Agent.objects.create(name="a", token_hash="h" * 64, token_hint="h")
+    insert = PreparedInsert(Proposal)
+    row = insert.prepare(**proposal_fields(agent))
+    done = []
+
+    def elsewhere():
+        try:
+            done.append(insert.insert(row).pk)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    stored = Proposal.objects.values("parameters", "created_at").get(pk=done[0])
+    assert stored == {"parameters": row.instance.parameters, "created_at": row.instance.created_at}
 
 
 def test_an_insert_compiles_once_per_connection_and_runs_one_statement(monkeypatch):
