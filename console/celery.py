@@ -1,8 +1,10 @@
 """The Celery app. Workers: ``celery -A console worker``."""
 
+import gc
 import os
 
 from celery import Celery
+from celery.signals import worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -41,3 +43,9 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "schedule": 60.0,
         },
     }
+
+
+@worker_ready.connect
+def _freeze_what_is_loaded(**kwargs) -> None:
+    """As the web processes do (``console/asgi.py``): full collections skip the startup objects."""
+    gc.freeze()

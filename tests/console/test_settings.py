@@ -53,3 +53,26 @@ def test_the_models_and_their_migrations_agree(db):
 
     # A model changed without its migration would be migrated differently than it runs.
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def frozen_after(tmp_path, code: str) -> int:
+    """``gc.get_freeze_count()`` in a fresh process after ``code``."""
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    env.update(AIRLOCK_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="console.settings")
+    shown = subprocess.run(
+        [sys.executable, "-c", f"import gc; {code}; print(gc.get_freeze_count())"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    return int(shown.stdout.split()[-1])
+
+
+def test_web_and_worker_processes_keep_what_they_loaded_out_of_full_collections(tmp_path):
+    assert frozen_after(tmp_path, "import console.asgi") > 50_000
+    worker = "import django; django.setup(); from console.celery import app; "
+    worker += "from celery.signals import worker_ready; worker_ready.send(sender=None)"
+    assert frozen_after(tmp_path, worker) > 50_000
