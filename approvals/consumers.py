@@ -16,8 +16,8 @@ change goes out at once, and the changes and notices that arrive while it
 renders or in the pause after it go out together in one frame (of a burst's
 notices, the newest ``NOTICES_PER_PUSH``: the queue shows them all). The pause is at least
 ``PUSH_INTERVAL_SECONDS`` and ``PAUSE_PER_RENDER`` times what the render
-took, so that an open console spends at most about a twentieth of the time
-rendering however fast proposals come (a full queue is 200 rows, some 60 ms
+took (at most ``MAX_PAUSE_SECONDS``), so that an open console spends about a
+twentieth of the time rendering however fast proposals come (a full queue is 200 rows, some 60 ms
 to render here; one render per change let two open consoles take the web
 processes' time from the agents: 51 proposals/s instead of 300).
 """
@@ -39,7 +39,8 @@ from executions.broadcast import PROPOSALS_GROUP
 CLOSE_FORBIDDEN = 4403
 PUSH_INTERVAL_SECONDS = 0.25
 PAUSE_PER_RENDER = 20
-NOTICES_PER_PUSH = 20
+MAX_PAUSE_SECONDS = 2.0  # however slow the host, a console is never further behind
+NOTICES_PER_PUSH = 5  # as many as a console page keeps (static/console/console.js)
 OWED_NOTICES = 1000
 FULL, BADGE = "full", "badge"  # what a push renders: the page's part, or the badge only
 
@@ -115,7 +116,8 @@ class QueueConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=html)
             took = time.monotonic() - started
             # What arrives meanwhile goes out next, in one frame.
-            await asyncio.sleep(max(PUSH_INTERVAL_SECONDS, PAUSE_PER_RENDER * took))
+            pause = max(PUSH_INTERVAL_SECONDS, PAUSE_PER_RENDER * took)
+            await asyncio.sleep(min(pause, MAX_PAUSE_SECONDS))
 
     def render_owed(self, wanted: str | None, notices: list[dict]) -> str:
         parts = [self.render(badge_only=wanted == BADGE)] if wanted is not None else []

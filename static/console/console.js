@@ -84,11 +84,15 @@
     if (event.target.closest && event.target.closest("[data-dismiss]")) event.target.closest(".notice").remove();
   });
   // Notices fade out by themselves; the proposal stays one click away in the queue.
+  // A burst leaves its newest few (they come newest first): the queue lists them all.
+  var MAX_NOTICES = 5;
   document.addEventListener("htmx:oobAfterSwap", function (event) {
     document.querySelectorAll("#notices .notice:not([data-timer])").forEach(function (notice) {
       notice.setAttribute("data-timer", "1");
       setTimeout(function () { notice.remove(); }, 20000);
     });
+    var shown = document.querySelectorAll("#notices .notice");
+    for (var i = MAX_NOTICES; i < shown.length; i++) shown[i].remove();
   });
 
   // ---- keyboard ----------------------------------------------------------

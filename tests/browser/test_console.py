@@ -209,3 +209,19 @@ def test_a_decision_that_lost_the_race_says_why(server, login):
     page.wait_for_selector("#decision-error")
     assert "rejected, not pending" in page.inner_text("#decision-error")
     assert page.is_visible(".status-rejected")
+
+
+def test_a_burst_of_proposals_fills_the_queue_and_leaves_a_few_notices(server, login):
+    page = login("reviewer")
+    page.evaluate("window.__noReload = true")
+    burst = [
+        server.propose_script("import os\nprint(os.getpid())\n", reason=f"burst {i}")
+        for i in range(12)
+    ]
+    assert all(proposal["status"] == "pending" for proposal in burst), burst
+    for proposal in burst:  # every one reaches the open queue, without a reload
+        page.wait_for_selector(f"#proposal-row-{proposal['id']}")
+    newest = burst[-1]["id"]
+    page.wait_for_selector(f"#notices a[href='/proposals/{newest}/']")
+    assert page.locator("#notices .notice").count() <= 5  # not a wall of them over the queue
+    assert page.evaluate("window.__noReload") is True
