@@ -282,3 +282,60 @@ class TestWaker:
             ("WARNING", "notification drains are asked for again"),
             ("ERROR", "could not ask for a notification drain"),
         ]
+
+
+def test_expiry_warnings_go_to_the_proposals_in_the_last_fifth_of_their_time(agent, drains):
+    start = timezone.now().replace(microsecond=0)
+    kinds = {}
+
+    def pending(name: str, minutes: int = 100, status: str = "pending", **fields) -> None:
+        proposal = Proposal.objects.create(
+            agent=agent,
+            action="script.execute",
+            status=status,
+            created_at=start,
+            expires_at=start + timedelta(minutes=minutes),
+            **fields,
+        )
+        kinds[proposal.pk] = name
+
+    pending("due from 40 of 50 minutes", minutes=50)
+    pending("expired at 60 before its warning was due at 48", minutes=60)
+    pending("due from 80 of 100 minutes")
+    pending("not due until 160 of 200 minutes", minutes=200)
+    pending("warned already", expiry_warned_at=start)
+    pending("decided", status="approved")
+
+    def warned_at(minutes: int, seconds: int = 0) -> list[str]:
+        before = set(PendingNotification.objects.values_list("id", flat=True))
+        count = notifications.warn_expiring(now=start + timedelta(minutes=minutes, seconds=seconds))
+        new = PendingNotification.objects.exclude(id__in=before).filter(kind="expiry_warning")
+        names = [kinds[pk] for pk in new.values_list("proposal_id", flat=True)]
+        assert count == len(names)
+        return names
+
+    assert warned_at(39, 59) == []
+    assert warned_at(40) == ["due from 40 of 50 minutes"]
+    assert warned_at(47) == []
+    assert warned_at(79, 59) == []
+    assert warned_at(80) == ["due from 80 of 100 minutes"]
+    assert warned_at(80) == []  # once
+
+
+def test_expiry_warnings_read_only_the_proposals_that_are_due(agent, drains, monkeypatch):
+    start = timezone.now()
+    for minutes in [100] * 40 + [10]:  # a long queue, one of it near its end
+        Proposal.objects.create(
+            agent=agent,
+            action="script.execute",
+            status="pending",
+            created_at=start,
+            expires_at=start + timedelta(minutes=minutes),
+        )
+    read = []
+    from_db = Proposal.from_db
+    monkeypatch.setattr(
+        Proposal, "from_db", classmethod(lambda cls, *row: read.append(row) or from_db(*row))
+    )
+    assert notifications.warn_expiring(now=start + timedelta(minutes=9)) == 1
+    assert len(read) == 1  # not the forty that are not due
