@@ -14,12 +14,13 @@ drop is up to date without replaying anything (the database is the truth).
 Changes are pushed as fresh renders, not one render per change: the first
 change goes out at once, and the changes and notices that arrive while it
 renders or in the pause after it go out together in one frame (of a burst's
-notices, the newest ``NOTICES_PER_PUSH``: the queue shows them all). The pause is at least
-``PUSH_INTERVAL_SECONDS`` and ``PAUSE_PER_RENDER`` times what the render
-took (at most ``MAX_PAUSE_SECONDS``), so that an open console spends about a
-twentieth of the time rendering however fast proposals come (a full queue is 200 rows, some 60 ms
-to render here; one render per change let two open consoles take the web
-processes' time from the agents: 51 proposals/s instead of 300).
+notices, the newest ``NOTICES_PER_PUSH``; the queue shows them all). The
+pause is at least ``PUSH_INTERVAL_SECONDS`` and ``PAUSE_PER_RENDER`` times
+what the render took (at most ``MAX_PAUSE_SECONDS``), so that an open
+console spends about a twentieth of the time rendering however fast
+proposals come (a full queue is 200 rows, some 60 ms to render here; one
+render per change let two open consoles take the web processes from the
+agents: 54-64 proposals/s instead of about 300).
 """
 
 from __future__ import annotations
