@@ -414,10 +414,9 @@ def _claim(limit: int) -> tuple[str, list[PendingNotification], bool]:
 
 def _told(claim: str) -> None:
     # One statement (no collector, no transaction around it): the rows have no dependents.
+    table = connection.ops.quote_name(PendingNotification._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {PendingNotification._meta.db_table} WHERE claim = %s", [claim]
-        )
+        cursor.execute(f"DELETE FROM {table} WHERE claim = %s", [claim])
 
 
 def send_batch(notices: Iterable[PendingNotification]) -> None:

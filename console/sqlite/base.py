@@ -24,7 +24,7 @@ import re
 
 from django.db.backends.sqlite3 import base
 
-from .checkpoints import writer_lock_path
+from .checkpoints import open_writer_lock
 
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
 
@@ -108,6 +108,5 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def _writer_lock(self) -> int | None:
         if self._writer_fd is None and not self.is_in_memory_db():
-            path = writer_lock_path(self.settings_dict["NAME"])
-            self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._writer_fd = open_writer_lock(self.settings_dict["NAME"])
         return self._writer_fd

@@ -38,6 +38,11 @@ def writer_lock_path(database: str) -> str:
     return f"{database}.writer-lock"
 
 
+def open_writer_lock(database: str) -> int:
+    """A descriptor of its own on ``database``'s writer lock (a ``flock`` is per descriptor)."""
+    return os.open(writer_lock_path(database), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
 class Checkpointer:
     """Checkpoints ``database`` every ``interval`` seconds on a thread of its own."""
 
@@ -57,9 +62,7 @@ class Checkpointer:
 
     def _run(self) -> None:
         connection = sqlite3.connect(self.database, isolation_level=None)
-        lock = os.open(
-            writer_lock_path(self.database), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
+        lock = open_writer_lock(self.database)
         try:
             while not self._stop.wait(self.interval):
                 try:

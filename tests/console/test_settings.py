@@ -11,17 +11,22 @@ from tests.serving import FOREIGN_ENV, ROOT
 SHOW = "from django.conf import settings as s; print(s.DEBUG, len(s.SECRET_KEY))"
 
 
-def settings_with(tmp_path, **env) -> subprocess.CompletedProcess:
+def python_with(tmp_path, code: str, **env) -> subprocess.CompletedProcess:
+    """``code`` in a fresh process of an install whose data dir is ``tmp_path``."""
     base = {k: v for k, v in os.environ.items() if k not in (*FOREIGN_ENV, "DEBUG")}
     base.update(AIRLOCK_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="console.settings")
     return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {SHOW}"],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         env={**base, **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def settings_with(tmp_path, **env) -> subprocess.CompletedProcess:
+    return python_with(tmp_path, f"import django; django.setup(); {SHOW}", **env)
 
 
 def test_an_embedded_install_runs_without_debug_on_a_key_of_its_own(tmp_path):
@@ -57,16 +62,7 @@ def test_the_models_and_their_migrations_agree(db):
 
 def frozen_after(tmp_path, code: str) -> int:
     """``gc.get_freeze_count()`` in a fresh process after ``code``."""
-    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
-    env.update(AIRLOCK_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="console.settings")
-    shown = subprocess.run(
-        [sys.executable, "-c", f"import gc; {code}; print(gc.get_freeze_count())"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    shown = python_with(tmp_path, f"import gc; {code}; print(gc.get_freeze_count())")
     assert shown.returncode == 0, shown.stderr
     return int(shown.stdout.split()[-1])
 
