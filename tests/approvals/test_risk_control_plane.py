@@ -79,6 +79,15 @@ def test_paths_of_the_data_dir_and_checkout_raise_the_score():
         assert_waits_for_a_person(result, f"Airlock's own {what}")
 
 
+@pytest.mark.parametrize("engine", ["console.sqlite", "django.db.backends.sqlite3"])
+def test_a_sqlite_database_kept_outside_the_data_dir_is_named(monkeypatch, engine):
+    database = settings.DATABASES["default"]
+    monkeypatch.setitem(database, "ENGINE", engine)
+    monkeypatch.setitem(database, "NAME", "/srv/airlock-db/airlock.sqlite3")
+    result = score("print(open('/srv/airlock-db/airlock.sqlite3', 'rb').read(100))")
+    assert_waits_for_a_person(result, "Airlock's own database (")
+
+
 def test_host_commands_are_read_the_same_way():
     result = assess("host.exec", {"command": "redis-cli -h 127.0.0.1 flushall"}, 3)
     reasons = " ".join(result.reasons)
