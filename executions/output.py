@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from time import monotonic, sleep
@@ -63,6 +65,86 @@ def _size(chunks: Sequence[OutputChunk]) -> int:
     return sum(len(chunk.data.encode()) for chunk in chunks)
 
 
+class FlushThreads:
+    """Threads that run flush loops one after another, each keeping its database connection.
+
+    A recorder's flusher runs on one of these instead of a thread of its own,
+    so a run neither starts a thread nor opens a database connection for its
+    output: on PostgreSQL a new connection is a new server process, several
+    milliseconds of the machine's CPU in the middle of every run. A thread
+    idle for ``IDLE_SECONDS`` closes its connection and ends.
+    """
+
+    IDLE_SECONDS = 60.0
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: list[_Slot] = []  # the most recently used last: its connection is warm
+
+    def start(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle.pop().jobs.put(job)
+                return
+        slot = _Slot()
+        slot.thread = threading.Thread(target=self._serve, args=(slot, job), daemon=True)
+        slot.thread.name = "output-flusher"
+        slot.thread.start()
+
+    def release(self) -> None:
+        """End the idle threads, closing their connections (a worker stopping, a test run's end)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for slot in idle:
+            slot.jobs.put(None)
+        for slot in idle:
+            slot.thread.join()
+
+    def _serve(self, slot: _Slot, job: Callable[[], None] | None) -> None:
+        try:
+            while job is not None:
+                try:
+                    job()
+                except Exception:
+                    log.exception("an output flusher failed")
+                    with contextlib.suppress(*DATABASE_AWAY):
+                        connection.close()  # whatever state it was left in
+                with self._lock:
+                    self._idle.append(slot)
+                try:
+                    job = slot.jobs.get(timeout=self.IDLE_SECONDS)
+                except queue.Empty:
+                    with self._lock:
+                        if slot in self._idle:
+                            self._idle.remove(slot)
+                            return
+                    job = slot.jobs.get()  # taken just now: its job is on the way
+        finally:
+            with contextlib.suppress(*DATABASE_AWAY):
+                connection.close()
+
+
+class _Slot:
+    __slots__ = ("jobs", "thread")
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+
+_flush_threads: tuple[int, FlushThreads] | None = None
+_flush_threads_lock = threading.Lock()
+
+
+def flush_threads() -> FlushThreads:
+    """This process's flush threads (new after a fork: a parent's threads are not here)."""
+    global _flush_threads
+    with _flush_threads_lock:
+        if _flush_threads is None or _flush_threads[0] != os.getpid():
+            _flush_threads = (os.getpid(), FlushThreads())
+        return _flush_threads[1]
+
+
 class ExecutionRecorder(OutputSink):
     """An output sink that buffers briefly, bulk-inserts chunks, then broadcasts them.
 
@@ -82,10 +164,8 @@ class ExecutionRecorder(OutputSink):
         self._pending_chars = 0
         self._wake = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(
-            target=self._run, name=f"output-{execution_id}", daemon=True
-        )
-        self._thread.start()
+        self._flushed = threading.Event()  # the flusher is done: set as it returns
+        flush_threads().start(self._run)
 
     def emit(self, stream: str, text: str) -> None:
         with self._wake:
@@ -109,7 +189,7 @@ class ExecutionRecorder(OutputSink):
         with self._wake:
             self._stopping = True
             self._wake.notify()
-        self._thread.join()
+        self._flushed.wait()
         with self._wake:
             batch, self._pending, self._pending_chars = self._pending, [], 0
         return self._numbered(batch)
@@ -160,7 +240,7 @@ class ExecutionRecorder(OutputSink):
                 self._write(self._numbered(batch))
                 written_at = monotonic()
         finally:
-            connection.close()
+            self._flushed.set()
 
     def _numbered(self, batch: list[list[str]]) -> list[OutputChunk]:
         chunks = []

@@ -1,7 +1,7 @@
 """Celery tasks: take a primary key, reload, check state, call one service."""
 
 from celery import shared_task
-from celery.signals import celeryd_after_setup, worker_ready
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 
 from . import services
 
@@ -19,6 +19,13 @@ def _start_session_reaper(**kwargs) -> None:
     from . import sessions
 
     sessions.start_reaper()
+
+
+@worker_shutdown.connect
+def _release_flush_threads(**kwargs) -> None:
+    from .output import flush_threads
+
+    flush_threads().release()  # their database connections close with the worker
 
 
 @shared_task(name="executions.tasks.run_execution", ignore_result=True, acks_late=False)

@@ -21,6 +21,15 @@ def _data_dirs():
     os.makedirs(settings.DATA_DIR, exist_ok=True)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's, and before its test databases go, the output flushers' connections."""
+    yield
+    from executions.output import flush_threads
+
+    flush_threads().release()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _fast_password_hashing():
     """Django's recommended test hasher: users are made by the hundred here, logins are not timed."""

@@ -10,6 +10,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connection, transaction
+from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
 from approvals.services import submit
@@ -136,6 +137,34 @@ def first_line_written(recorder) -> None:
         timeout=10,
         explain=lambda: "(the first line waited for the batching interval)",
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_one_after_another_write_their_output_on_the_same_thread(agent_and_token):
+    """A run starts no thread for its output (nor, on SQLite, a database connection)."""
+    from executions import output
+
+    def flushers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "output-flusher"}
+
+    def one_run() -> None:
+        execution_id = submit(agent_and_token[0], PRINT_LINE).proposal.execution_id
+        recorder = output.ExecutionRecorder(execution_id, cap_bytes=1 << 20)
+        first_line_written(recorder)
+        assert recorder.stop() == []
+
+    one_run()
+    after_first = flushers()
+    opened = []
+    connection_created.connect(opened.append)
+    try:
+        one_run()
+    finally:
+        connection_created.disconnect(opened.append)
+    assert len(after_first) >= 1
+    assert flushers() == after_first
+    if connection.vendor == "sqlite":  # PostgreSQL's are the pool's, taken per transaction
+        assert opened == []
 
 
 @pytest.mark.django_db(transaction=True)
