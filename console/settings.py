@@ -168,9 +168,10 @@ if DATABASE_URL:
             "max_size": env_int("DB_POOL_SIZE", 20, minimum=1),
             "timeout": env_int("DB_POOL_TIMEOUT", 30, minimum=1),
         }
-        # With a pool Django checks each connection as it leaves the pool
-        # (psycopg's check_connection): after PostgreSQL restarts, dead ones are
-        # replaced instead of failing a request each.
+        # Each connection is checked as it leaves the pool: after PostgreSQL
+        # restarts, dead ones are replaced instead of failing a request each
+        # (console/postgres: without a round trip while the server is quiet).
+        DATABASES["default"]["ENGINE"] = "console.postgres"
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 else:
     DATABASES = {
