@@ -223,7 +223,16 @@ else:
 # (A host in the filesystem URL only keeps kombu from warning that it has none.)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost/")
 CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {}
+    {
+        # No redelivery bookkeeping: kombu's emulated acks cost two Redis
+        # round trips per task (one before it is handed to a thread, one as it
+        # starts), to bring back after visibility_timeout (an hour) a message a
+        # dead worker had taken but not started. Tasks are acknowledged as they
+        # start anyway (CELERY_TASK_ACKS_LATE), and what such a message asked
+        # for is done again sooner by the sweeper (a queued execution after
+        # REQUEUE_AFTER_SECONDS) or the periodic tasks.
+        "ack_emulation": False,
+    }
     if REDIS_URL
     else {
         "data_folder_in": str(DATA_DIR / "broker"),
