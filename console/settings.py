@@ -197,7 +197,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: Celery broker and channel layer in the scale deployment.
 REDIS_URL = env("REDIS_URL")
-REDIS_CHANNEL_LAYER = "channels_redis.pubsub.RedisPubSubChannelLayer"
+REDIS_CHANNEL_LAYER = "console.channel_layers.RedisPubSubLayer"
 if REDIS_URL:
     # Redis pub/sub: a group send is one PUBLISH, where the list-based layer
     # makes four round trips and runs a Lua script; a message reaches another
