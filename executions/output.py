@@ -69,10 +69,10 @@ class FlushThreads:
     """Threads that run flush loops one after another, each keeping its database connection.
 
     A recorder's flusher runs on one of these instead of a thread of its own,
-    so a run neither starts a thread nor opens a database connection for its
-    output: on PostgreSQL a new connection is a new server process, several
-    milliseconds of the machine's CPU in the middle of every run. A thread
-    idle for ``IDLE_SECONDS`` closes its connection and ends.
+    so a run neither starts a thread nor gets a database connection for its
+    output (SQLite: opened, with its pragmas; PostgreSQL: taken from the pool
+    and checked) in the middle of the run. A thread idle for ``IDLE_SECONDS``
+    closes its connection and ends.
     """
 
     IDLE_SECONDS = 60.0
