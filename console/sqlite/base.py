@@ -24,7 +24,7 @@ import re
 
 from django.db.backends.sqlite3 import base
 
-from .checkpoints import open_writer_lock
+from .checkpoints import LOG_SIZE_LIMIT, open_writer_lock
 
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
 
@@ -50,6 +50,12 @@ class Cursor(base.SQLiteCursorWrapper):
 class DatabaseWrapper(base.DatabaseWrapper):
     _writer_fd: int | None = None
     _writing = False
+
+    def get_new_connection(self, conn_params):
+        connection = super().get_new_connection(conn_params)
+        # The log, once started over, is cut back to this (see checkpoints).
+        connection.execute(f"PRAGMA journal_size_limit={LOG_SIZE_LIMIT}")
+        return connection
 
     def create_cursor(self, name=None):
         cursor = self.connection.cursor(factory=Cursor)

@@ -15,7 +15,10 @@ readers go on reading). A log is started over only by a writer that begins
 with every page of it copied, which under a steady stream of commits never
 happens by itself; so once the log is long, the round takes the writer lock
 for a second passive checkpoint, which has only the pages committed in the
-meantime to copy, and the next writer starts the log over.
+meantime to copy, and the next writer starts the log over. A writer that
+starts it over also cuts the file back to ``LOG_SIZE_LIMIT`` bytes
+(``journal_size_limit``): without it the file kept the size of its longest
+burst, tens of megabytes after a minute of heavy load.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 INTERVAL_SECONDS = 0.1
 RESTART_PAGES = 1000  # SQLite's own autocheckpoint threshold
 BACKSTOP_PAGES = 20_000  # what writers checkpoint at when no checkpointer runs (~80 MB)
+LOG_SIZE_LIMIT = 4 * 1024 * 1024  # bytes a log started over keeps: about RESTART_PAGES pages
 
 
 def writer_lock_path(database: str) -> str:

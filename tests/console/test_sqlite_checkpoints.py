@@ -10,7 +10,12 @@ import time
 
 import pytest
 
-from console.sqlite.checkpoints import RESTART_PAGES, Checkpointer, writer_lock_path
+from console.sqlite.checkpoints import (
+    LOG_SIZE_LIMIT,
+    RESTART_PAGES,
+    Checkpointer,
+    writer_lock_path,
+)
 
 PAGE = 4096
 
@@ -114,3 +119,28 @@ def test_under_a_steady_stream_of_commits_the_log_stays_short(database, writer):
         checkpointer.stop()
     wal = os.path.getsize(f"{database}-wal") // PAGE
     assert wal < 4 * RESTART_PAGES, wal  # without the second pass it holds every page
+
+
+def test_a_log_started_over_is_cut_back_to_its_size_limit(database, django_db_blocker):
+    """A burst leaves the log file long; the writer that starts it over cuts it back."""
+    from django.db.utils import ConnectionHandler
+
+    settings = {"ENGINE": "console.sqlite", "NAME": database}
+    console = ConnectionHandler({"default": settings})["default"]
+    with django_db_blocker.unblock():  # a database of its own, not the test database
+        with console.cursor() as cursor:
+            cursor.execute("PRAGMA journal_size_limit")
+            (limit,) = cursor.fetchone()
+        console.close()
+    assert limit == LOG_SIZE_LIMIT  # what every console connection is opened with
+    writer = Writer(database)
+    try:
+        writer.connection.execute(f"PRAGMA journal_size_limit={limit}")
+        for _ in range(3 * RESTART_PAGES // 100):  # a burst with no checkpoint meanwhile
+            writer.commit(pages=100)
+        assert os.path.getsize(f"{database}-wal") > 2 * LOG_SIZE_LIMIT
+        one_round(database)
+        writer.commit()  # starts the log over
+        assert os.path.getsize(f"{database}-wal") <= LOG_SIZE_LIMIT
+    finally:
+        writer.close()
