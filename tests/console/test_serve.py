@@ -139,7 +139,10 @@ def connection_owners(pids: list[int], port: int) -> dict[int, int]:
     owners = {}
     for pid in pids:
         for fd in Path(f"/proc/{pid}/fd").iterdir():
-            target = os.readlink(fd)
+            try:
+                target = os.readlink(fd)
+            except FileNotFoundError:
+                continue  # closed since the listing: one of the process's own, not a client's
             if target.startswith("socket:[") and target[8:-1] in established:
                 owners[pid] = owners.get(pid, 0) + 1
     return owners
