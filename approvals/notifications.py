@@ -26,7 +26,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import threading
 import time
 import urllib.error
@@ -45,6 +44,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from console.per_process import PerProcess
 from console.prepared import PreparedInsert
 from console.roles import REVIEWERS_GROUP
 from executions.broadcast import PROPOSALS_GROUP, broadcast
@@ -492,17 +492,7 @@ class _Waker:
             self._failing = False
 
 
-_wakers: dict[int, _Waker] = {}
-_wakers_lock = threading.Lock()
-
-
-def _waker() -> _Waker:
-    pid = os.getpid()  # a forked child needs its own thread
-    waker = _wakers.get(pid)
-    if waker is None:
-        with _wakers_lock:
-            waker = _wakers.get(pid) or _wakers.setdefault(pid, _Waker())
-    return waker
+_waker = PerProcess(_Waker)  # a forked child needs its own thread
 
 
 def warn_expiring(now=None) -> int:

@@ -16,7 +16,6 @@ import asyncio
 import contextvars
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -32,6 +31,7 @@ from django.db import close_old_connections, connections, transaction
 
 from . import doorbell
 from .appends import take_append_lock
+from .per_process import PerProcess
 from .prepared import PreparedInsert
 
 log = logging.getLogger(__name__)
@@ -240,8 +240,7 @@ class RedisPubSubLayer(RedisPubSubChannelLayer):
         super().__init__(hosts=hosts, prefix=prefix, **kwargs)
         self._naming = RedisPubSubLoopLayer(hosts=hosts, prefix=prefix, channel_layer=self)
         self._hosts = decode_hosts(hosts)
-        self._clients: dict[int, redis.Redis] = {}
-        self._clients_pid = 0
+        self._clients: PerProcess[dict[int, redis.Redis | None]] = PerProcess(dict)
         self._clients_lock = threading.Lock()
         self._away_until = 0.0
 
@@ -267,10 +266,9 @@ class RedisPubSubLayer(RedisPubSubChannelLayer):
         return True
 
     def _client(self, index: int) -> redis.Redis | None:
+        clients = self._clients()  # a forked child makes its own
         with self._clients_lock:
-            if self._clients_pid != os.getpid():  # a forked child makes its own
-                self._clients, self._clients_pid = {}, os.getpid()
-            if index not in self._clients:
+            if index not in clients:
                 host = dict(self._hosts[index])
                 options = {
                     "socket_timeout": self.TIMEOUT_SECONDS,
@@ -282,5 +280,5 @@ class RedisPubSubLayer(RedisPubSubChannelLayer):
                     client = None  # Sentinel: the layer's own loop finds the master
                 else:
                     client = redis.Redis(**host, **options)
-                self._clients[index] = client
-            return self._clients[index]
+                clients[index] = client
+            return clients[index]

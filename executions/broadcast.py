@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 
 from asgiref.sync import async_to_sync
@@ -17,6 +16,8 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.db import connection, transaction
+
+from console.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +108,4 @@ class _Sender:
                 log.exception("broadcast to %s failed", group)
 
 
-_sender_instance: _Sender | None = None
-_sender_pid = 0
-_sender_lock = threading.Lock()
-
-
-def _sender() -> _Sender:
-    """This process's sender (made again after a fork)."""
-    global _sender_instance, _sender_pid
-    with _sender_lock:
-        if _sender_instance is None or _sender_pid != os.getpid():
-            _sender_instance, _sender_pid = _Sender(), os.getpid()
-        return _sender_instance
+_sender = PerProcess(_Sender)  # this process's sender (made again after a fork)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -20,6 +19,8 @@ from django.db import (
     transaction,
 )
 from django.db.models import F
+
+from console.per_process import PerProcess
 
 from .broadcast import broadcast_on_commit, execution_group
 from .models import Execution, OutputChunk
@@ -132,17 +133,7 @@ class _Slot:
         self.thread: threading.Thread | None = None
 
 
-_flush_threads: tuple[int, FlushThreads] | None = None
-_flush_threads_lock = threading.Lock()
-
-
-def flush_threads() -> FlushThreads:
-    """This process's flush threads (new after a fork: a parent's threads are not here)."""
-    global _flush_threads
-    with _flush_threads_lock:
-        if _flush_threads is None or _flush_threads[0] != os.getpid():
-            _flush_threads = (os.getpid(), FlushThreads())
-        return _flush_threads[1]
+flush_threads = PerProcess(FlushThreads)  # this process's (a parent's threads are not a child's)
 
 
 class ExecutionRecorder(OutputSink):

@@ -26,7 +26,7 @@ def test_thread_broadcasts_reach_a_subscriber_in_order_through_one_sender(monkey
 
     def send(n: int) -> None:  # as a request thread or a worker thread does
         broadcast.broadcast("watchers", {"type": "proposal.changed", "n": n})
-        sent_on.append(broadcast._sender_instance)
+        sent_on.append(broadcast._sender())
 
     async def main() -> list[dict]:
         channel = await layer.new_channel()
