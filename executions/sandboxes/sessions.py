@@ -24,24 +24,20 @@ next execute.
 
 A backend offers sessions with ``open_session(language, limits) -> Session``;
 it implements a ``SessionTransport`` (start the runner, send bytes, receive
-bytes, stop everything) and returns ``FramedSession(transport, ...)``. The
-local backend's transport is ``LocalTransport``; a docker exec socket fits the
-same shape.
+bytes, stop everything) and returns ``FramedSession(transport, ...)``: the
+local backend's is ``local.sessions.LocalTransport``, the docker backends'
+``docker.sessions.DockerSessionTransport``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import selectors
 import struct
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from .base import (
     Limits,
@@ -49,11 +45,7 @@ from .base import (
     OutputSink,
     RunOutcome,
     SandboxError,
-    UnsupportedLanguage,
 )
-
-if TYPE_CHECKING:
-    from .local import LocalSandbox, SandboxProcess
 
 HEADER = struct.Struct(">cI")
 MAX_FRAME = 4 * 1024 * 1024  # anything longer is a broken or hostile runner
@@ -456,70 +448,3 @@ class FramedSession(Session):
             return
         self._closed = True
         self._transport.stop()
-
-
-class LocalTransport(SessionTransport):
-    """The runner as a local sandboxed process (same isolation as a local run)."""
-
-    def __init__(self, process: SandboxProcess):
-        self.process = process
-        self._selector = selectors.DefaultSelector()
-        for name, pipe in (("protocol", process.stdout), ("stderr", process.stderr)):
-            os.set_blocking(pipe.fileno(), False)
-            self._selector.register(pipe.fileno(), selectors.EVENT_READ, name)
-        self._stopped = False
-
-    def send(self, data: bytes) -> None:
-        stdin = self.process.stdin
-        if stdin is None:
-            raise OSError("no stdin")
-        stdin.write(data)
-        stdin.flush()
-
-    def receive(self, timeout: float) -> list[tuple[str, bytes]]:
-        if not self._selector.get_map():
-            time.sleep(timeout)
-            return [("eof", b"")]
-        chunks: list[tuple[str, bytes]] = []
-        for key, _ in self._selector.select(timeout):
-            try:
-                data = os.read(key.fd, 64 * 1024)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if data:
-                chunks.append((key.data, data))
-            else:
-                self._selector.unregister(key.fd)
-                if key.data == "protocol":
-                    chunks.append(("eof", b""))
-        return chunks
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        with contextlib.suppress(OSError):
-            self.process.stop()
-        self._selector.close()
-        self.process.cleanup()
-
-    def exit_code(self) -> int | None:
-        self.process.stop()
-        return self.process.exit_code()
-
-
-def open_local_session(sandbox: LocalSandbox, language: str, limits: Limits) -> FramedSession:
-    """A session on the local backend: the runner started like any local run."""
-    if language != "python":
-        raise UnsupportedLanguage(f"sessions support python only, not {language!r}")
-    cpu = limits.cpu_seconds if limits.cpu_seconds is not None else SESSION_CPU_SECONDS
-    session_limits = replace(limits, cpu_seconds=cpu)
-    process = sandbox.start_detached("python", RUNNER_SOURCE, session_limits, interactive=True)
-    transport = LocalTransport(process)
-    try:
-        return FramedSession(transport, sandbox.name, language, limits, process.details)
-    except BaseException:
-        transport.stop()
-        raise

@@ -24,7 +24,15 @@ from executions.sandboxes.base import (
     SandboxUnavailable,
     UnsupportedLanguage,
 )
-from executions.sandboxes.local import LocalSandbox
+from executions.sandboxes.local import (
+    LocalSandbox,
+    backend,
+    host,
+    probes,
+    programs,
+    seccomp,
+)
+from executions.sandboxes.local.rlimits import rlimits_for
 from executions.sandboxes.sessions import SessionRegistry, open_session
 from tests.executions.conftest import selected_configs
 from tests.support import require
@@ -83,14 +91,14 @@ def test_it_runs_bash(sandbox):
 
 
 def test_it_runs_javascript_when_node_is_installed(sandbox):
-    require(local._which("node") is not None, "node is not installed")
+    require(programs._which("node") is not None, "node is not installed")
     outcome, sink = run(sandbox, "console.log([1, 2, 3].map((x) => x * 2).join(','))", "javascript")
     assert outcome.success, sink.stderr
     assert sink.stdout == "2,4,6\n"
 
 
 def test_javascript_without_node_says_what_is_missing(sandbox, monkeypatch):
-    monkeypatch.setattr(local, "_which", lambda name: None)
+    monkeypatch.setattr(programs, "_which", lambda name: None)
     with pytest.raises(UnsupportedLanguage, match="node"):
         run(sandbox, "console.log(1)", "javascript")
 
@@ -177,7 +185,7 @@ def test_the_rlimits_are_in_force(sandbox):
 
 def test_without_setpriv_and_prlimit_the_limits_still_apply(sandbox, monkeypatch):
     # Then the uid and rlimits are set in a preexec_fn (a slower full fork).
-    monkeypatch.setattr(local, "_launch_tools", lambda: (None, None))
+    monkeypatch.setattr(host, "_launch_tools", lambda: (None, None))
     monkeypatch.setattr(sandbox, "_prewarm_later", lambda *args: None)
     code = "import os, resource as r\nprint(os.getuid() != 0, r.getrlimit(r.RLIMIT_AS)[1])"
     outcome, sink = run(sandbox, code, memory_mb=190)
@@ -186,7 +194,7 @@ def test_without_setpriv_and_prlimit_the_limits_still_apply(sandbox, monkeypatch
 
 
 def test_node_gets_a_data_limit_instead_of_an_address_space_limit():
-    rlimits = {res: (soft, hard) for res, soft, hard in local.rlimits_for(Limits(), "javascript")}
+    rlimits = {res: (soft, hard) for res, soft, hard in rlimits_for(Limits(), "javascript")}
     assert resource.RLIMIT_AS not in rlimits
     assert rlimits[resource.RLIMIT_DATA] == (256 * 1024 * 1024, 256 * 1024 * 1024)
 
@@ -207,7 +215,7 @@ def test_namespaced_runs_see_only_the_needed_part_of_etc(sandbox):
         pytest.skip("only in namespaces")
     outcome, sink = run(sandbox, "import os\nprint(sorted(os.listdir('/etc')))")
     visible = set(eval(sink.stdout))
-    assert visible <= {entry.split("/")[0] for entry in local.ETC_ENTRIES}
+    assert visible <= {entry.split("/")[0] for entry in host.ETC_ENTRIES}
     assert {"passwd", "hosts", "ld.so.cache"} <= visible and "shadow" not in visible
 
 
@@ -384,7 +392,7 @@ def test_a_used_interpreter_is_replaced_after_its_run_unless_none_is_left():
     key = ("python", Limits(**limits))
     try:
         run(sandbox, "pass", **limits)  # cold: both are started after it
-        _kept(sandbox, key, local.WARM_PER_KEY)
+        _kept(sandbox, key, backend.WARM_PER_KEY)
         started = threading.Event()
         sleeper = threading.Thread(
             target=run,
@@ -394,7 +402,7 @@ def test_a_used_interpreter_is_replaced_after_its_run_unless_none_is_left():
         sleeper.start()
         assert started.wait(10)
         # While it runs, the other one waits and nothing starts beside the run.
-        assert len(sandbox._warm[key]) == local.WARM_PER_KEY - 1
+        assert len(sandbox._warm[key]) == backend.WARM_PER_KEY - 1
         assert key not in sandbox._warming
         # A second run meanwhile takes the last one, which is replaced at once.
         outcome, _ = run(sandbox, "pass", **limits)
@@ -405,7 +413,7 @@ def test_a_used_interpreter_is_replaced_after_its_run_unless_none_is_left():
             assert time.monotonic() < deadline
             time.sleep(0.02)
         sleeper.join()
-        _kept(sandbox, key, local.WARM_PER_KEY)  # and topped up once the run ended
+        _kept(sandbox, key, backend.WARM_PER_KEY)  # and topped up once the run ended
     finally:
         sandbox.close()
 
@@ -427,7 +435,7 @@ def test_probe_reports_the_strongest_method_that_works_here():
     availability = LocalSandbox.probe()
     problems = local.method_problems()
     best = next(name for name, problem in problems.items() if problem is None)
-    assert availability.ok and availability.isolation == local.METHODS[best]
+    assert availability.ok and availability.isolation == probes.METHODS[best]
     assert LocalSandbox().method == best
     # Set by scripts/test for the passes that hide programs: proves the hiding took.
     if expected := os.environ.get("AIRLOCK_EXPECT_LOCAL_METHOD"):
@@ -446,7 +454,7 @@ def _only(monkeypatch, *working):
     """Pretend only the named methods work on this host (rlimits always does)."""
     for method, (probe, broken) in BROKEN.items():
         if method not in working:
-            monkeypatch.setattr(local, probe, broken)
+            monkeypatch.setattr(probes, probe, broken)
 
 
 def test_without_bubblewrap_the_probe_says_namespaces(monkeypatch):
@@ -487,7 +495,7 @@ def test_the_local_backend_refuses_network_access(sandbox):
 
 
 def test_the_seccomp_filter_is_well_formed():
-    program = local.seccomp_program()
+    program = seccomp.seccomp_program()
     if program is None:
         pytest.skip("x86_64 only")
     assert len(program) % 8 == 0 and len(program) // 8 < 255
@@ -646,10 +654,10 @@ def test_a_backend_without_sessions_says_so():
 
 
 def test_work_dirs_of_a_dead_worker_are_removed():
-    stale = tempfile.mkdtemp(prefix=f"{local.BASE_DIR_PREFIX}999999999-")  # no such pid
-    alive = tempfile.mkdtemp(prefix=f"{local.BASE_DIR_PREFIX}{os.getpid()}-")
+    stale = tempfile.mkdtemp(prefix=f"{host.BASE_DIR_PREFIX}999999999-")  # no such pid
+    alive = tempfile.mkdtemp(prefix=f"{host.BASE_DIR_PREFIX}{os.getpid()}-")
     try:
-        local._remove_stale_base_dirs.__wrapped__()
+        host._remove_stale_base_dirs.__wrapped__()
         assert not os.path.exists(stale) and os.path.exists(alive)
     finally:
         os.rmdir(alive)
@@ -658,14 +666,14 @@ def test_work_dirs_of_a_dead_worker_are_removed():
 def test_a_forked_worker_leaves_the_parents_dirs_alone(sandbox):
     # Celery's prefork pool forks workers from a parent that may have used the sandbox.
     run(sandbox, "pass")
-    snapshot, parent = local._etc_snapshot(), os.getpid()
+    snapshot, parent = host._etc_snapshot(), os.getpid()
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the forked child
         code = 1
         try:
             _, sink = run(sandbox, "print('child')")
-            local._close_open_instances()  # what atexit does when the child exits
-            local._remove_if_mine(snapshot, parent)
+            backend._close_open_instances()  # what atexit does when the child exits
+            host._remove_if_mine(snapshot, parent)
             code = 0 if sink.stdout == "child\n" else 1
         finally:
             os._exit(code)
@@ -677,17 +685,17 @@ def test_a_forked_worker_leaves_the_parents_dirs_alone(sandbox):
 
 def test_runs_that_start_together_share_one_copy_of_etc(monkeypatch):
     made = []
-    real = local.host.tempfile.mkdtemp
+    real = host.tempfile.mkdtemp
 
     def mkdtemp(*args, **kwargs):
         made.append(real(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(local.host.tempfile, "mkdtemp", mkdtemp)
-    local.host._make_etc_snapshot.cache_clear()
+    monkeypatch.setattr(host.tempfile, "mkdtemp", mkdtemp)
+    host._make_etc_snapshot.cache_clear()
     snapshots = []
     starters = [
-        threading.Thread(target=lambda: snapshots.append(local._etc_snapshot())) for _ in range(4)
+        threading.Thread(target=lambda: snapshots.append(host._etc_snapshot())) for _ in range(4)
     ]
     for starter in starters:
         starter.start()

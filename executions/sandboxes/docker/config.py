@@ -8,6 +8,7 @@ from typing import Any
 from ..base import SandboxError
 
 SANDBOX_USER = "10001:10001"
+RUNNER_PROCESSES = 4  # the runner's own processes, on top of what the code may start
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 

@@ -1,8 +1,9 @@
 """What a local run takes from the host (cached per process where it is costly).
 
 The system paths and the read-only mounts of the system directories, the
-per-run uids, the snapshot of /etc the sandbox sees, and the base dirs that
-hold the work dirs (named with the worker's pid, so a dead worker's are found).
+per-run uids, the snapshot of /etc the sandbox sees, the base dirs that
+hold the work dirs (named with the worker's pid, so a dead worker's are found),
+the kernel's Landlock ABI, and util-linux's setpriv and prlimit to launch a run.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ import secrets
 import shutil
 import tempfile
 import threading
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .programs import Program
-
+from . import supervisor as supervisor_program
+from .rlimits import PRLIMIT_OPTIONS
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Per-run uids come from a range no real account uses; random so that
@@ -141,15 +140,6 @@ def _remove_if_mine(path: str, owner: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _extra_binds(program: Program) -> list[tuple[str, str]]:
-    """An interpreter installed outside the system dirs (e.g. /opt) must be visible too."""
-    real = os.path.realpath(program.argv[0])
-    if real.startswith(("/usr/", "/bin/", "/lib")):
-        return []
-    prefix = os.path.dirname(os.path.dirname(real))
-    return [(prefix, prefix)]
-
-
 @functools.cache
 def _remove_stale_base_dirs() -> None:
     """Work dirs left by a worker that died (once per process): its pid is in the name."""
@@ -170,3 +160,31 @@ def _process_exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@functools.cache
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none, or disabled at boot)."""
+    return supervisor_program.landlock_abi()
+
+
+@functools.cache
+def _launch_tools() -> tuple[str | None, str | None]:
+    return shutil.which("setpriv", path=SYSTEM_PATH), shutil.which("prlimit", path=SYSTEM_PATH)
+
+
+def launch_prefix(uid: int | None, rlimits: list[tuple[int, int, int]]) -> list[str] | None:
+    """util-linux's setpriv and prlimit as an argv prefix: drop to ``uid``, set the rlimits.
+
+    Doing it in Python (``user=``, ``preexec_fn``) forces a full fork() of the
+    worker, which costs milliseconds for a big process; without them
+    subprocess uses vfork. None when the tools are missing.
+    """
+    setpriv, prlimit = _launch_tools()
+    if prlimit is None or (uid is not None and setpriv is None):
+        return None
+    prefix = []
+    if uid is not None:
+        prefix += [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    prefix += [prlimit, *(f"{PRLIMIT_OPTIONS[res]}={soft}:{hard}" for res, soft, hard in rlimits)]
+    return [*prefix, "--"]

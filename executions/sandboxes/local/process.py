@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from ..base import OutputSink
+from . import host
 from .host import RUN_UID_BASE, SYSTEM_PATH, _drop_privileges_kwargs
 
 READ_CHUNK = 64 * 1024
@@ -180,9 +181,7 @@ def _kill_uid(uid: int) -> None:
     kill = _kill_binary()
     if kill is None:
         return
-    from . import _launch_tools  # through the package: that is where tests replace it
-
-    setpriv, _ = _launch_tools()
+    setpriv, _ = host._launch_tools()
     argv = [kill, "-9", "-1"]
     kwargs = _drop_privileges_kwargs(uid)
     if setpriv:

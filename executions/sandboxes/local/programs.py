@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from dataclasses import dataclass
+
+from ..base import LANGUAGES, UnsupportedLanguage
+from .host import SYSTEM_PATH
 
 SCRIPT_NAMES = {"python": "main.py", "bash": "main.sh", "javascript": "main.js"}
 
@@ -58,3 +64,40 @@ class Program:
         if warm:
             return [*self.argv, "-c", WARM_LOADER]
         return [*self.argv, script_path]
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=SYSTEM_PATH) or shutil.which(name)
+
+
+def resolve_program(language: str) -> Program:
+    """The interpreter for a language on this host, or ``UnsupportedLanguage``."""
+    if language not in LANGUAGES:
+        raise UnsupportedLanguage(f"unknown language {language!r}; use one of {LANGUAGES}")
+    filename = SCRIPT_NAMES[language]
+    if language == "python":
+        # The system interpreter first: an unprivileged run uid can read /usr,
+        # not a virtualenv under /root. -I: no user site, no PYTHON* variables.
+        python = shutil.which("python3", path=SYSTEM_PATH) or sys.executable
+        return Program(language, (python, "-I", "-S", "-u"), filename)
+    if language == "bash":
+        bash = _which("bash")
+        if not bash:
+            raise UnsupportedLanguage("bash is not installed on this worker")
+        return Program(language, (bash, "--noprofile", "--norc"), filename)
+    node = _which("node")
+    if not node:
+        raise UnsupportedLanguage(
+            "javascript needs Node.js, but `node` is not on this worker's PATH; "
+            "install nodejs or use the docker backend"
+        )
+    return Program(language, (node,), filename)
+
+
+def _extra_binds(program: Program) -> list[tuple[str, str]]:
+    """An interpreter installed outside the system dirs (e.g. /opt) must be visible too."""
+    real = os.path.realpath(program.argv[0])
+    if real.startswith(("/usr/", "/bin/", "/lib")):
+        return []
+    prefix = os.path.dirname(os.path.dirname(real))
+    return [(prefix, prefix)]

@@ -1,4 +1,4 @@
-"""The session transport: a session runner's container, its attached stdin/stdout."""
+"""Persistent sessions in a container: its command, and the transport over its attached stdin/stdout."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from ..sessions import SessionTransport
+from ..base import Limits
+from ..sessions import RUNNER_SOURCE, SESSION_CPU_SECONDS, SessionTransport
 from .channel import MUX_HEADER
-
-if TYPE_CHECKING:
-    from . import DockerSandbox
+from .config import RUNNER_PROCESSES
 
 
 class DockerSessionTransport(SessionTransport):
@@ -25,9 +25,16 @@ class DockerSessionTransport(SessionTransport):
 
     SEND_TIMEOUT = 10.0  # the runner's listener always reads; longer means it is stuck
 
-    def __init__(self, sandbox: DockerSandbox, container: str, sock: Any) -> None:
-        self.sandbox = sandbox
+    def __init__(
+        self,
+        client: Any,
+        container: str,
+        sock: Any,
+        on_stop: Callable[[DockerSessionTransport], None],
+    ) -> None:
+        self.client = client
         self.container = container
+        self._on_stop = on_stop  # removes the container and forgets the session
         self._holder = sock  # keeps docker-py's response (and the connection) alive
         self.sock: socket.socket = getattr(sock, "_sock", sock)
         self.sock.setblocking(False)
@@ -106,11 +113,30 @@ class DockerSessionTransport(SessionTransport):
             self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
-        self.sandbox._remove(self.container)
-        self.sandbox._session_stopped(self)
+        self._on_stop(self)
 
     def exit_code(self) -> int | None:
         try:
-            return self.sandbox.client.api.wait(self.container, timeout=2)["StatusCode"]
+            return self.client.api.wait(self.container, timeout=2)["StatusCode"]
         except Exception:  # already removed (auto_remove) or the engine is slow: unknown
             return None
+
+
+def session_command(limits: Limits, gvisor: bool) -> list[str]:
+    """The interpreter command: rlimits for the session's whole life, then the runner."""
+    cpu = limits.cpu_seconds if limits.cpu_seconds is not None else SESSION_CPU_SECONDS
+    rlimits = [
+        ("RLIMIT_CPU", int(cpu)),
+        ("RLIMIT_FSIZE", limits.max_file_size_mb * 1024 * 1024),
+        ("RLIMIT_CORE", 0),
+    ]
+    if gvisor:
+        # As for runs: gVisor counts processes per sandbox, the host pids cgroup cannot.
+        rlimits.append(("RLIMIT_NPROC", limits.max_processes + RUNNER_PROCESSES))
+    prelude = (
+        "import resource\n"
+        f"for _name, _value in {rlimits!r}:\n"
+        "    resource.setrlimit(getattr(resource, _name), (_value, _value))\n"
+        "del _name, _value, resource\n"
+    )
+    return ["python3", "-I", "-S", "-c", prelude + RUNNER_SOURCE]
