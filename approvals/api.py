@@ -16,16 +16,15 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.services import actor_label, record
-from console.api_errors import ApiError, get_or_404
-from console.prepared import Prepared
-from console.roles import is_agent, is_reviewer
+from accounts.roles import is_agent, is_reviewer
+from audit.services import actor_label
 from executions import sessions
 from executions.actions import catalog
 from executions.choices import ExecutionStatus
 from executions.models import SandboxSession
 from executions.sandboxes.status import sandbox_status
-from executions.tasks import open_session as open_session_task
+from infrastructure.prepared import Prepared
+from infrastructure.rest.errors import ApiError, get_or_404
 
 from . import services
 from .choices import CHANGE, UNTIL, DecisionKind, ProposalStatus, Urgency
@@ -421,8 +420,8 @@ class Sandboxes(APIView):
     def get(self, request):
         if is_agent(request.user):
             _agent_with(request, "sandbox.list")
-        sessions = visible_sessions(request.user).order_by("-created_at")[:200]
-        return Response({"sandboxes": SandboxSerializer(sessions, many=True).data})
+        listed = visible_sessions(request.user).order_by("-created_at")[:200]
+        return Response({"sandboxes": SandboxSerializer(listed, many=True).data})
 
     @extend_schema(
         request=SandboxCreateSerializer,
@@ -433,11 +432,7 @@ class Sandboxes(APIView):
         agent = _agent_with(request, "sandbox.create")
         body = SandboxCreateSerializer(data=_object(request))
         body.is_valid(raise_exception=True)
-        session = SandboxSession.objects.create(
-            owner=actor_label(agent), language=body.validated_data["language"]
-        )
-        record(actor_label(agent), "sandbox_session.created", session, language=session.language)
-        open_session_task.apply_async(args=[session.pk], queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+        session = sessions.start(actor_label(agent), body.validated_data["language"])
         deadline = time.monotonic() + SESSION_START_WAIT_SECONDS
         while session.status == SandboxSession.Status.STARTING and time.monotonic() < deadline:
             time.sleep(WAIT_POLL_SECONDS)

@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from console.prepared import Prepared
+from infrastructure.prepared import Prepared
 
 from .models import Agent, UserToken, hash_token
 
@@ -47,7 +47,7 @@ def _touch(model, obj) -> None:
 
 
 _AGENT_FIELDS = [field.attname for field in Agent._meta.concrete_fields]
-# Every agent request starts here: compiled once (see console.prepared).
+# Every agent request starts here: compiled once (see infrastructure.prepared).
 _active_agent = Prepared(
     lambda digest: (
         Agent.objects.filter(token_hash=digest, is_active=True).order_by().values(*_AGENT_FIELDS)

@@ -34,7 +34,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
-from console.roles import is_reviewer
+from accounts.roles import is_reviewer
 from executions.broadcast import PROPOSALS_GROUP
 
 CLOSE_FORBIDDEN = 4403

@@ -44,10 +44,10 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from console.per_process import PerProcess
-from console.prepared import PreparedInsert
-from console.roles import REVIEWERS_GROUP
+from accounts.roles import REVIEWERS_GROUP
 from executions.broadcast import PROPOSALS_GROUP, broadcast
+from infrastructure.per_process import PerProcess
+from infrastructure.prepared import PreparedInsert
 
 from .models import PendingNotification, Proposal, Webhook, WebhookDelivery, preferences_of
 from .retries import MAX_ATTEMPTS, retry_delay

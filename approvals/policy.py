@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 from django.db import IntegrityError, transaction
 from rest_framework import serializers
 
-from console.prepared import Prepared
+from infrastructure.prepared import Prepared
 
 from .choices import RISK_BANDS, DecisionStep, ProposalStatus, risk_band
 from .prevalidators import PreValidation

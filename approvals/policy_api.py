@@ -18,8 +18,8 @@ from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api_errors import ApiError
-from console.roles import is_admin, is_reviewer
+from accounts.roles import is_admin, is_reviewer
+from infrastructure.rest.errors import ApiError
 
 from . import policy_text, simulation
 from .models import PolicyVersion

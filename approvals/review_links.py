@@ -24,7 +24,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from console.roles import is_reviewer
+from accounts.roles import is_reviewer
 from executions.services import command_hash
 
 from . import services

@@ -11,14 +11,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework import serializers
 
+from accounts.roles import is_reviewer
 from audit.services import actor_label, record
-from console.prepared import PreparedInsert
-from console.roles import is_reviewer
-from console.serializers import Serializer
 from executions import services as executions
 from executions.actions import get_action
 from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
 from executions.sandboxes.status import sandbox_status, weak_isolation
+from infrastructure.prepared import PreparedInsert
+from infrastructure.rest.serializers import Serializer
 
 from .choices import DecisionKind, ProposalStatus, Urgency
 from .models import Agent, Decision, Proposal

@@ -21,9 +21,9 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import BashLexer, JavascriptLexer, PythonLexer, TextLexer
 from rest_framework import serializers
 
+from accounts.access import admin_required, reviewer_required
+from accounts.roles import is_admin
 from audit.services import actor_label
-from console.access import admin_required, reviewer_required
-from console.roles import is_admin
 
 from . import (
     charts,

@@ -41,10 +41,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import close_old_connections, connection, connections
 
-from console.api_errors import ApiError
-from console.handler import WAITS_OFF_THREAD
 from executions.broadcast import PROPOSALS_GROUP
 from executions.choices import TERMINAL, ExecutionStatus
+from infrastructure.handler import WAITS_OFF_THREAD
+from infrastructure.rest.errors import ApiError
 
 from .choices import CHANGE, DECIDED, FINISHED, ProposalStatus
 from .models import Proposal

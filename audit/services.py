@@ -12,8 +12,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console.appends import read_under_append_lock
-from console.prepared import PreparedInsert
+from infrastructure.appends import read_under_append_lock
+from infrastructure.prepared import PreparedInsert
 
 from .models import AuditEvent
 

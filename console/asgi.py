@@ -5,7 +5,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-from console.handler import get_asgi_application  # noqa: E402
+from infrastructure.handler import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 

@@ -1,4 +1,4 @@
-from console.roles import is_admin, is_reviewer
+from accounts.roles import is_admin, is_reviewer
 
 
 def shell(request) -> dict:

@@ -6,9 +6,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 
+from accounts.roles import REVIEWERS_GROUP
 from approvals.models import Agent
 from approvals.tokens import create_agent, rotate_agent_token
-from console.roles import REVIEWERS_GROUP
 
 DEMO_PASSWORD = "airlock-demo"
 DEMO_AGENT = "demo-agent"

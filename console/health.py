@@ -14,10 +14,10 @@ from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 
 from approvals.choices import ProposalStatus
 from approvals.models import Proposal
-from console.api_errors import error_body
 from executions.choices import ExecutionStatus
 from executions.models import Execution
 from executions.sandboxes.status import sandbox_status
+from infrastructure.rest.errors import error_body
 
 
 def livez(request):

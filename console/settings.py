@@ -114,6 +114,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "channels",
+    "infrastructure",
     "console",
     "audit",
     "executions",
@@ -121,7 +122,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "console.api_errors.api_error_middleware",
+    "infrastructure.rest.errors.api_error_middleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -170,13 +171,13 @@ if DATABASE_URL:
         }
         # Each connection is checked as it leaves the pool: after PostgreSQL
         # restarts, dead ones are replaced instead of failing a request each
-        # (console/postgres: without a round trip while the server is quiet).
-        DATABASES["default"]["ENGINE"] = "console.postgres"
+        # (infrastructure/postgres: without a round trip while the server is quiet).
+        DATABASES["default"]["ENGINE"] = "infrastructure.postgres"
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "console.sqlite",  # Django's, with writers queued (see there)
+            "ENGINE": "infrastructure.sqlite",  # Django's, with writers queued (see there)
             "NAME": env("SQLITE_PATH", str(DATA_DIR / "airlock.sqlite3")),
             "OPTIONS": {
                 "timeout": 30,
@@ -184,7 +185,7 @@ else:
                 "init_command": (
                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000; "
                     # serve checkpoints the log itself and sets a backstop here
-                    # (console/sqlite/checkpoints.py); SQLite's default otherwise.
+                    # (infrastructure/sqlite/checkpoints.py); SQLite's default otherwise.
                     f"PRAGMA wal_autocheckpoint={env_int('SQLITE_WAL_AUTOCHECKPOINT', 1000, minimum=1)};"
                 ),
             },
@@ -197,7 +198,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: Celery broker and channel layer in the scale deployment.
 REDIS_URL = env("REDIS_URL")
-REDIS_CHANNEL_LAYER = "console.channel_layers.RedisPubSubLayer"
+REDIS_CHANNEL_LAYER = "infrastructure.channel_layers.RedisPubSubLayer"
 if REDIS_URL:
     # Redis pub/sub: a group send is one PUBLISH, where the list-based layer
     # makes four round trips and runs a Lua script; a message reaches another
@@ -218,7 +219,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "console.channel_layers.DatabaseChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "infrastructure.channel_layers.DatabaseChannelLayer"}}
 
 # (A host in the filesystem URL only keeps kombu from warning that it has none.)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost/")
@@ -244,7 +245,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
     }
 )
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    CELERY_BROKER_TRANSPORT = "console.broker:Transport"  # atomic message files
+    CELERY_BROKER_TRANSPORT = "infrastructure.broker:Transport"  # atomic message files
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -309,9 +310,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "console.negotiation.JSONFirstNegotiation",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "infrastructure.rest.negotiation.JSONFirstNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "console.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "infrastructure.rest.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {

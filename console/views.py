@@ -13,12 +13,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from accounts.access import admin_required
+from accounts.roles import REVIEWERS_GROUP, set_review_rights
 from audit.models import AuditEvent
 from audit.services import actor_label, verify_chain
-
-from .access import admin_required
-from .api_errors import json_error
-from .roles import REVIEWERS_GROUP, set_review_rights
+from infrastructure.rest.errors import json_error
 
 AUDIT_PAGE_SIZE = 50
 

@@ -8,10 +8,10 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.roles import is_agent, is_reviewer
 from audit.services import actor_label
-from console.api_errors import ApiError, get_or_404
-from console.prepared import Prepared
-from console.roles import is_agent, is_reviewer
+from infrastructure.prepared import Prepared
+from infrastructure.rest.errors import ApiError, get_or_404
 
 from . import services
 from .models import Execution, OutputChunk
@@ -120,7 +120,7 @@ def visible_executions(user):
 
 
 # The result contract is read after every run: the row and its output, each a
-# statement compiled once (console.prepared), one serializer made once.
+# statement compiled once (infrastructure.prepared), one serializer made once.
 EXECUTION_FIELDS = [field.attname for field in Execution._meta.concrete_fields]
 _execution_row = Prepared(
     lambda pk: Execution.objects.filter(pk=pk).values(

@@ -17,7 +17,7 @@ from channels_redis.core import RedisChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.db import connection, transaction
 
-from console.per_process import PerProcess
+from infrastructure.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 from django.db import models
 
-from console.roles import is_agent, is_reviewer
+from accounts.roles import is_agent, is_reviewer
 
 from .choices import ACTIVE, TERMINAL, ExecutionStatus, Stream
 

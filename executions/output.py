@@ -20,7 +20,7 @@ from django.db import (
 )
 from django.db.models import F
 
-from console.per_process import PerProcess
+from infrastructure.per_process import PerProcess
 
 from .broadcast import broadcast_on_commit, execution_group
 from .models import Execution, OutputChunk

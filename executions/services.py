@@ -22,8 +22,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import record
-from console.prepared import PreparedInsert, PreparedUpdate
+from infrastructure.enqueue import enqueue as enqueue_task
+from infrastructure.prepared import PreparedInsert, PreparedUpdate
 
+from . import sessions
 from .actions import ActionContext, get_action
 from .actions.base import failed
 from .broadcast import PROPOSALS_GROUP, broadcast_on_commit, execution_group
@@ -34,6 +36,7 @@ from .sandboxes.base import Limits, RunOutcome
 from .signals import execution_ended
 
 log = logging.getLogger(__name__)
+RUN_EXECUTION = "executions.tasks.run_execution"  # the task that runs one (tasks.py)
 _insert_execution = PreparedInsert(Execution)
 _update_execution = PreparedUpdate(Execution)
 
@@ -128,10 +131,8 @@ def dispatch(execution_id: int) -> bool:
 
 def enqueue(execution_id: int, queue: str) -> bool:
     """The one place that enqueues a run."""
-    from .tasks import run_execution
-
     try:
-        run_execution.apply_async(args=[execution_id], queue=queue)
+        enqueue_task(RUN_EXECUTION, execution_id, queue=queue)
     except Exception:
         # The sweeper re-dispatches it; the approval itself is already safe.
         log.exception("could not enqueue execution %s", execution_id)
@@ -399,9 +400,9 @@ def request_cancel(execution_id: int, actor: str) -> Execution:
 
 def sweep() -> dict:
     """Re-dispatch executions left queued; mark as lost those whose worker died."""
-    from .sessions import close_orphans
-
-    close_orphans()  # first: a queued execute of an orphaned session is re-routed below
+    # First: a queued execute of an orphaned session now fails clearly on any worker.
+    for execution_id in sessions.close_orphans():
+        dispatch(execution_id)
     now = timezone.now()
     stale_dispatch = now - timedelta(seconds=settings.REQUEUE_AFTER_SECONDS)
     requeued = 0

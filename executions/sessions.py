@@ -23,6 +23,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from audit.services import record
+from infrastructure.enqueue import enqueue
 
 from .choices import ExecutionStatus
 from .models import Execution, SandboxSession
@@ -32,6 +33,8 @@ from .sandboxes.sessions import SessionRegistry
 
 log = logging.getLogger(__name__)
 Status = SandboxSession.Status
+OPEN_SESSION = "executions.tasks.open_session"  # the tasks that run on a worker (tasks.py)
+CLOSE_SESSION = "executions.tasks.close_session"
 REAP_EVERY_SECONDS = 30
 
 _registry: SessionRegistry | None = None
@@ -75,11 +78,9 @@ class SessionUnavailable(Exception):
 
 def start(owner: str, language: str) -> SandboxSession:
     """Create a session and ask a worker to open its interpreter (``starting`` until it has)."""
-    from .tasks import open_session as open_session_task
-
     session = SandboxSession.objects.create(owner=owner, language=language)
     record(owner, "sandbox_session.created", session, language=language)
-    open_session_task.apply_async(args=[session.pk], queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    enqueue(OPEN_SESSION, session.pk, queue=settings.CELERY_TASK_DEFAULT_QUEUE)
     return session
 
 
@@ -140,11 +141,9 @@ def close_runtime(session_id: int) -> None:
 
 def destroy(session: SandboxSession, actor: str) -> SandboxSession:
     """Mark the session closed and have its worker end the interpreter."""
-    from .tasks import close_session
-
     if _close(session, f"destroyed by {actor}", actor=actor) and session.queue:
         try:
-            close_session.apply_async(args=[session.pk], queue=session.queue)
+            enqueue(CLOSE_SESSION, session.pk, queue=session.queue)
         except Exception:  # the worker's reaper ends it when idle
             log.exception("could not ask the worker to close session %s", session.pk)
     session.refresh_from_db()
@@ -185,25 +184,24 @@ def mark_alive() -> int:
     )
 
 
-def close_orphans() -> int:
-    """Close sessions whose worker process is gone (not seen for the timeout): their state is lost."""
-    from .services import dispatch  # services imports this module
+def close_orphans() -> list[int]:
+    """Close sessions whose worker process is gone (not seen for the timeout): their state is lost.
 
+    Returns the executes that waited in those workers' queues, moved to the
+    default queue: the caller dispatches them again, and any worker then
+    fails them with a clear error.
+    """
     timeout = settings.SESSION_WORKER_TIMEOUT_SECONDS
-    closed = 0
+    stranded: list[int] = []
     for session in SandboxSession.objects.filter(
         status=Status.ACTIVE, worker_seen_at__lt=timezone.now() - timedelta(seconds=timeout)
     ):
         if not _close(session, f"its worker stopped (not seen for {timeout} s)"):
             continue
-        closed += 1
-        # Executes waiting in the dead worker's queue: any worker now fails them clearly.
         waiting = Execution.objects.filter(status=ExecutionStatus.QUEUED, queue=session.queue)
-        stranded = list(waiting.values_list("pk", flat=True))
+        stranded += waiting.values_list("pk", flat=True)
         waiting.update(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
-        for execution_id in stranded:
-            dispatch(execution_id)
-    return closed
+    return stranded
 
 
 def _reap_forever() -> None:

@@ -3,32 +3,29 @@
 from celery import shared_task
 from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 
-from . import services
+from . import services, sessions
+from .output import flush_threads
+from .sandboxes import resolve_backend_name
+from .sandboxes.reaper import reap_orphans
 
 
 @celeryd_after_setup.connect
 def _consume_own_session_queue(sender, instance, **kwargs) -> None:
     """Every worker process also consumes a queue of its own: its sessions' executes."""
-    from . import sessions
-
     instance.app.amqp.queues.select_add(sessions.session_queue())
 
 
 @worker_ready.connect
 def _start_session_reaper(**kwargs) -> None:
-    from . import sessions
-
     sessions.start_reaper()
 
 
 @worker_shutdown.connect
 def _release_flush_threads(**kwargs) -> None:
-    from .output import flush_threads
-
     flush_threads().release()  # their database connections close with the worker
 
 
-@shared_task(name="executions.tasks.run_execution", ignore_result=True, acks_late=False)
+@shared_task(name=services.RUN_EXECUTION, ignore_result=True, acks_late=False)
 def run_execution(execution_id: int) -> None:
     # acks_late is off on purpose: a worker that dies mid-run does not get the
     # message redelivered; the sweeper marks the execution lost instead.
@@ -40,26 +37,19 @@ def sweep() -> dict:
     return services.sweep()
 
 
-@shared_task(name="executions.tasks.open_session", ignore_result=True)
+@shared_task(name=sessions.OPEN_SESSION, ignore_result=True)
 def open_session(session_id: int) -> None:
-    from . import sessions
-
     sessions.open_session(session_id)
 
 
-@shared_task(name="executions.tasks.close_session", ignore_result=True)
+@shared_task(name=sessions.CLOSE_SESSION, ignore_result=True)
 def close_session(session_id: int) -> None:
-    from . import sessions
-
     sessions.close_runtime(session_id)
 
 
 @shared_task(name="executions.tasks.reap_sandboxes", ignore_result=True)
 def reap_sandboxes() -> dict:
     """Periodic: end orphaned sandbox containers and stray runsc processes."""
-    from .sandboxes import resolve_backend_name
-    from .sandboxes.reaper import reap_orphans
-
     if resolve_backend_name() not in ("docker", "gvisor"):
         return {}
     report = reap_orphans()

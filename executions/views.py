@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from accounts.access import reviewer_required
 from audit.services import actor_label
-from console.access import reviewer_required
 
 from . import services
 from .models import Execution

@@ -7,8 +7,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
+from accounts.roles import REVIEWERS_GROUP
 from approvals.tokens import create_agent, create_user_token
-from console.roles import REVIEWERS_GROUP
 
 
 @pytest.fixture(autouse=True, scope="session")

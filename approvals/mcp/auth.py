@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from accounts.roles import is_agent, is_reviewer
 from approvals.authentication import resolve_token
 from approvals.models import Agent
 from audit.services import actor_label
-from console.roles import is_agent, is_reviewer
 
 from .db import on_thread
 

@@ -23,13 +23,13 @@ from approvals import services
 from approvals.api import SandboxSerializer, capabilities, proposal_data, visible_sessions
 from approvals.choices import ProposalStatus
 from approvals.waiting import fingerprint_of, watcher
-from console.api_errors import ApiError
-from console.api_errors import _message as error_text
 from executions import services as executions
 from executions import sessions
 from executions.actions import ActionSpec
 from executions.api import execution_data, visible_executions
 from executions.models import SandboxSession
+from infrastructure.rest.errors import ApiError
+from infrastructure.rest.errors import _message as error_text
 
 from . import results
 from .auth import Principal

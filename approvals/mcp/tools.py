@@ -21,8 +21,8 @@ from django.conf import settings
 from rest_framework import serializers
 
 from approvals.choices import Urgency
-from console.serializers import Serializer
 from executions.actions import ActionSpec, catalog
+from infrastructure.rest.serializers import Serializer
 
 from .schema import object_schema
 

@@ -90,7 +90,7 @@ def own_paths() -> list[tuple[str, str]]:
     """(what, path) of Airlock's own places on this host, most specific first."""
     paths = []
     database = settings.DATABASES["default"]
-    if "sqlite" in database["ENGINE"]:  # Django's backend or console.sqlite, Airlock's
+    if "sqlite" in database["ENGINE"]:  # Django's backend or infrastructure.sqlite, Airlock's
         paths.append(("database", str(database["NAME"])))
     paths.append(("data dir", str(Path(settings.DATA_DIR).resolve())))
     paths.append(("data dir", str(settings.DATA_DIR)))

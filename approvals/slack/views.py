@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from slack_sdk.errors import SlackClientError
 from slack_sdk.signature import SignatureVerifier
 
-from console.api_errors import json_error
+from infrastructure.rest.errors import json_error
 
 from .. import services
 from ..choices import DecisionKind

@@ -21,9 +21,9 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 from rest_framework import serializers
 
-from console.serializers import Serializer
 from executions.sandboxes.base import RunOutcome
 from executions.sandboxes.reaper import LABEL as SANDBOX_LABEL
+from infrastructure.rest.serializers import Serializer
 
 from . import register
 from .base import ActionContext, ActionSpec, failed

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from rest_framework import serializers
 
-from console.serializers import Serializer
 from executions.sandboxes.base import RunOutcome
+from infrastructure.rest.serializers import Serializer
 
 from . import register
 from .base import ActionContext, ActionSpec, Runner, failed

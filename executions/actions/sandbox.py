@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from console.serializers import Serializer
 from executions import sessions
 from executions.models import SandboxSession
 from executions.sandboxes.base import RunOutcome
+from infrastructure.rest.serializers import Serializer
 
 from . import register
 from .base import ActionContext, ActionSpec, failed

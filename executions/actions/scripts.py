@@ -7,9 +7,9 @@ from dataclasses import replace
 from django.conf import settings
 from rest_framework import serializers
 
-from console.serializers import Serializer
 from executions.sandboxes import RunRequest, SandboxError, get_sandbox
 from executions.sandboxes.base import LANGUAGES, RunOutcome
+from infrastructure.rest.serializers import Serializer
 
 from . import register
 from .base import ActionContext, ActionSpec, failed

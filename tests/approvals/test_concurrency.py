@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection
 
+from accounts.roles import REVIEWERS_GROUP
 from approvals.models import Decision, Proposal
 from approvals.services import ProposalError, decide, submit
-from console.roles import REVIEWERS_GROUP
 from executions.models import Execution
 
 MEDIUM = {

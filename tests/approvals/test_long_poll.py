@@ -287,7 +287,7 @@ def test_waiting_calls_hold_no_request_thread(agent_and_token, reviewer):
     """More calls wait than the handler has threads, and a plain read still answers at once."""
     from channels.testing import HttpCommunicator
 
-    from console.handler import OneHopASGIHandler
+    from infrastructure.handler import OneHopASGIHandler
 
     agent, token = agent_and_token
     app = OneHopASGIHandler(threads=2)
@@ -365,7 +365,7 @@ def test_a_late_message_of_an_old_state_does_not_end_a_wait(agent_and_token):
     """A wake is a hint: the call reads again and waits on when nothing changed."""
     from channels.testing import HttpCommunicator
 
-    from console.handler import OneHopASGIHandler
+    from infrastructure.handler import OneHopASGIHandler
 
     agent, token = agent_and_token
     pk = services.submit(agent, RISKY).proposal.pk
@@ -473,7 +473,7 @@ def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_a
     agent_and_token, agent_api, monkeypatch
 ):
     """An ended execution never changes again: the message that tells of it is the answer."""
-    from console.handler import OneHopASGIHandler
+    from infrastructure.handler import OneHopASGIHandler
 
     agent, token = agent_and_token
     proposal = services.submit(agent, PRINT_HI).proposal
@@ -614,7 +614,7 @@ def test_a_wait_until_finished_that_runs_out_answers_the_step_it_was_told(agent_
 def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
     agent_and_token, agent_api, monkeypatch
 ):
-    from console.handler import OneHopASGIHandler
+    from infrastructure.handler import OneHopASGIHandler
 
     agent, token = agent_and_token
     proposal = services.submit(agent, PRINT_HI).proposal
@@ -702,7 +702,7 @@ def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
 ):
     """Under the server's handler: past a reviewer's approval (a read, on a pass of its own
     through the middleware) and the execution's start, to the end."""
-    from console.handler import OneHopASGIHandler
+    from infrastructure.handler import OneHopASGIHandler
 
     _, token = agent_and_token
     app = OneHopASGIHandler(threads=2)

@@ -79,7 +79,7 @@ def test_paths_of_the_data_dir_and_checkout_raise_the_score():
         assert_waits_for_a_person(result, f"Airlock's own {what}")
 
 
-@pytest.mark.parametrize("engine", ["console.sqlite", "django.db.backends.sqlite3"])
+@pytest.mark.parametrize("engine", ["infrastructure.sqlite", "django.db.backends.sqlite3"])
 def test_a_sqlite_database_kept_outside_the_data_dir_is_named(monkeypatch, engine):
     database = settings.DATABASES["default"]
     monkeypatch.setitem(database, "ENGINE", engine)

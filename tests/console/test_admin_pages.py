@@ -7,10 +7,10 @@ import re
 import pytest
 from django.urls import reverse
 
+from accounts.roles import is_reviewer
 from approvals.models import Agent, PolicyVersion, hash_token
 from approvals.policy import DEFAULT_POLICY, current_policy
 from audit.models import AuditEvent
-from console.roles import is_reviewer
 from tests.conftest import client_for
 
 

@@ -127,7 +127,7 @@ def test_a_view_outside_drf_that_loses_the_database_is_503_under_api_only(rf):
     from django.db import OperationalError
     from django.http import HttpResponse
 
-    from console.api_errors import api_error_middleware
+    from infrastructure.rest.errors import api_error_middleware
 
     middleware = api_error_middleware(lambda request: HttpResponse())
     lost = OperationalError("server closed the connection unexpectedly")

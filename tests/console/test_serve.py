@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from console.sqlite.checkpoints import BACKSTOP_PAGES
+from infrastructure.sqlite.checkpoints import BACKSTOP_PAGES
 from tests.serving import reviewer_token, start_server
 
 

@@ -11,10 +11,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.roles import REVIEWERS_GROUP
 from approvals.choices import ProposalStatus
 from approvals.models import Agent, Proposal
 from approvals.tokens import create_agent
-from console.roles import REVIEWERS_GROUP
 from executions.choices import ExecutionStatus
 from executions.models import Execution, OutputChunk
 from tests.conftest import client_for

@@ -34,7 +34,7 @@ def session_backend(request, settings):
 def inline_worker(monkeypatch):
     """This process plays the worker: sessions open here, executes run here."""
     monkeypatch.setattr(
-        "approvals.api.open_session_task.apply_async",
+        "executions.tasks.open_session.apply_async",
         lambda args, queue: sessions.open_session(*args),
     )
     yield

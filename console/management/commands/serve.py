@@ -24,7 +24,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from console.settings import private_data_dir
-from console.sqlite.checkpoints import BACKSTOP_PAGES, Checkpointer
+from infrastructure.sqlite.checkpoints import BACKSTOP_PAGES, Checkpointer
 
 STOP_GRACE_SECONDS = 10
 UVICORN_OPTIONS = [
@@ -90,7 +90,7 @@ class Command(BaseCommand):
     def _start_checkpoints(self) -> Checkpointer | None:
         """SQLite's log is checkpointed here, not in the commits of the children."""
         database = settings.DATABASES["default"]
-        if database["ENGINE"] != "console.sqlite":
+        if database["ENGINE"] != "infrastructure.sqlite":
             return None
         os.environ["SQLITE_WAL_AUTOCHECKPOINT"] = str(BACKSTOP_PAGES)  # the children's
         return Checkpointer(database["NAME"]).start()

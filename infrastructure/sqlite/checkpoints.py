@@ -3,7 +3,7 @@
 In WAL mode every commit appends pages to the log, and a *checkpoint* copies
 them back into the database file so the log can start over. SQLite's
 default runs it inside the commit that takes the log past 1,000 pages, and
-there it holds the writer lock (``console.sqlite.base``): every 30th or so
+there it holds the writer lock (``infrastructure.sqlite.base``): every 30th or so
 proposal paid 4–5 ms instead of 0.1–0.3 ms, and everyone queued behind it,
 about half of all the time commits took.
 

@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import connections, transaction
 
-from console.channel_layers import DatabaseChannelLayer
+from infrastructure.channel_layers import DatabaseChannelLayer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,7 +122,7 @@ async def test_a_message_whose_transaction_commits_last_is_not_skipped():
 def store_without_ringing(group: str, message: dict) -> None:
     import json
 
-    from console.models import LayerMessage
+    from infrastructure.models import LayerMessage
 
     LayerMessage.objects.create(group=group, origin="", payload=json.dumps(message))
 
@@ -131,7 +131,7 @@ async def test_a_member_that_joins_while_the_last_poller_winds_down_still_hears(
     """The poller ends when its last member leaves; one who joins meanwhile gets a new one."""
     import time
 
-    from console import channel_layers
+    from infrastructure import channel_layers
 
     class SlowToClose:  # widens the poller's wind-down to half a second
         def close_all(self):

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from approvals.models import Agent, Proposal
 from audit.models import AuditEvent
-from console.prepared import Prepared, PreparedInsert, PreparedUpdate
+from infrastructure.prepared import Prepared, PreparedInsert, PreparedUpdate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -172,7 +172,7 @@ def test_an_insert_compiles_once_per_connection_and_runs_one_statement(monkeypat
 def test_only_models_with_an_automatic_key_can_be_inserted_so():
     from django.contrib.sessions.models import Session
 
-    from console.models import LayerMessage
+    from infrastructure.models import LayerMessage
 
     assert PreparedInsert(LayerMessage).create(group="g", origin="", payload="{}").pk
     with pytest.raises(TypeError, match="automatic key"):  # its key is the session's string

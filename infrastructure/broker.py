@@ -10,7 +10,7 @@
 - Rung: a producer rings the ``broker`` doorbell after the rename, and a
   consumer with nothing to do waits on it instead of sleeping a polling
   interval, so a message is picked up as soon as it is written. The polling
-  interval stays as the safety net (``console/doorbell.py``).
+  interval stays as the safety net (``infrastructure/doorbell.py``).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import pytest
 from channels_redis.core import RedisChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 
-from console.channel_layers import RedisPubSubLayer
 from executions import broadcast
+from infrastructure.channel_layers import RedisPubSubLayer
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 

@@ -21,12 +21,12 @@ SERVER = {"HOST": "127.0.0.1", "PORT": 5432, "USER": "postgres", "NAME": "postgr
 
 @pytest.fixture
 def pooled(django_db_blocker):
-    """A DatabaseWrapper of ``console.postgres`` with a pool of one connection, as settings make it."""
+    """A DatabaseWrapper of ``infrastructure.postgres`` with a pool of one connection, as settings make it."""
     require(port_open("127.0.0.1", 5432), "PostgreSQL is not running on 127.0.0.1:5432")
     alias = f"pool_check_{os.getpid()}"
     settings = {
         **SERVER,
-        "ENGINE": "console.postgres",
+        "ENGINE": "infrastructure.postgres",
         "CONN_HEALTH_CHECKS": True,
         "OPTIONS": {"pool": {"min_size": 1, "max_size": 1, "timeout": 5}},
     }

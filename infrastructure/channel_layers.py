@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 TOPIC = "layer"
 
 
-_append = PreparedInsert("console.LayerMessage")
+_append = PreparedInsert("infrastructure.LayerMessage")
 
 
 class DatabaseChannelLayer(InMemoryChannelLayer):
@@ -78,7 +78,7 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
 
     def _store(self, group: str, message: dict, origin: str) -> None:
         payload = json.dumps(message)
-        # Ids in commit order (see console.appends): pollers read past the newest id they saw.
+        # Ids in commit order (see infrastructure.appends): pollers read past the newest id they saw.
         with transaction.atomic(savepoint=False):
             take_append_lock()
             row = _append.create(group=group, origin=origin, payload=payload)

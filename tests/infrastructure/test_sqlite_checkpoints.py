@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from console.sqlite.checkpoints import (
+from infrastructure.sqlite.checkpoints import (
     LOG_SIZE_LIMIT,
     RESTART_PAGES,
     Checkpointer,
@@ -125,7 +125,7 @@ def test_a_log_started_over_is_cut_back_to_its_size_limit(database, django_db_bl
     """A burst leaves the log file long; the writer that starts it over cuts it back."""
     from django.db.utils import ConnectionHandler
 
-    settings = {"ENGINE": "console.sqlite", "NAME": database}
+    settings = {"ENGINE": "infrastructure.sqlite", "NAME": database}
     console = ConnectionHandler({"default": settings})["default"]
     with django_db_blocker.unblock():  # a database of its own, not the test database
         with console.cursor() as cursor:

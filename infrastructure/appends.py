@@ -9,7 +9,7 @@ transaction-scoped advisory lock makes ids follow commit order: the next
 append draws its id only after the previous one's transaction ended. One lock
 for both tables, so that a transaction appending to both cannot deadlock
 with one taking them in the other order. SQLite serialises every writer
-already (``console/sqlite``).
+already (``infrastructure/sqlite``).
 """
 
 from __future__ import annotations

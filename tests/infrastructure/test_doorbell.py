@@ -10,8 +10,8 @@ import threading
 
 from kombu import Connection
 
-from console import doorbell
-from console.broker import Transport
+from infrastructure import doorbell
+from infrastructure.broker import Transport
 from tests.serving import ROOT
 
 
@@ -39,7 +39,9 @@ def test_every_listener_of_a_topic_hears_it_and_no_other_topic_does():
 
 def test_a_ring_from_another_process_wakes_this_one(settings):
     bell = doorbell.Bell("cross")
-    code = "import django; django.setup(); from console import doorbell; doorbell.ring('cross')"
+    code = (
+        "import django; django.setup(); from infrastructure import doorbell; doorbell.ring('cross')"
+    )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
     env["AIRLOCK_DATA_DIR"] = str(settings.DATA_DIR)
     try:

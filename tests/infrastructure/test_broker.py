@@ -7,7 +7,7 @@ from queue import Empty
 
 from kombu import Connection
 
-from console.broker import Transport
+from infrastructure.broker import Transport
 
 MESSAGES = 150
 SIZE = 512 * 1024  # big enough that writing one takes a while

@@ -9,5 +9,10 @@ class LayerMessage(models.Model):
     payload = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
+    class Meta:
+        # The table keeps the name it was created with in the console app: moving the
+        # model between apps changed no schema (see migrations/0001_layer_message.py).
+        db_table = "console_layermessage"
+
     def __str__(self) -> str:
         return f"{self.group} #{self.pk}"

@@ -1,0 +1,15 @@
+"""Airlock's own shared infrastructure, below every app: what moves data between its processes.
+
+Owns the database backends (``sqlite``: writers queued, the log checkpointed beside
+them; ``postgres``: pooled connections checked cheaply), queries compiled once
+(``prepared``), the append order of append-only tables (``appends``), the
+embedded deployment's wake-ups (``doorbell``), Celery broker (``broker``) and
+channel layer (``channel_layers``, with its one table), the one function that
+puts a task on the broker (``enqueue``), Django's HTTP side under ASGI
+(``handler``), per-process objects (``per_process``) and the REST plumbing
+every API shares (``rest``: the error contract, negotiation, serializers).
+
+Knows nothing of proposals, executions or people: it may import Django and
+third-party libraries only, never another Airlock package. (The hosts and
+containers that agents act on are not this; they are ``executions.actions``.)
+"""

@@ -1,0 +1,1 @@
+"""The REST plumbing every Airlock API shares: the error contract, negotiation, serializers."""
