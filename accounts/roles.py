@@ -1,5 +1,11 @@
 """Who is who: agents propose, reviewers decide, admins (superusers) edit policy."""
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db.models import Q
+
+from audit.services import record
+
 REVIEWERS_GROUP = "reviewers"
 
 
@@ -23,12 +29,14 @@ def is_admin(user: object) -> bool:
     )
 
 
+def reviewers():
+    """Everyone who may review: active members of the reviewers group, and admins."""
+    people = Q(is_superuser=True) | Q(groups__name=REVIEWERS_GROUP)
+    return get_user_model().objects.filter(people, is_active=True).distinct()
+
+
 def set_review_rights(user, allowed: bool, actor: str) -> None:
     """Grant or withdraw a user's review rights (membership of the reviewers group), audited."""
-    from django.contrib.auth.models import Group
-
-    from audit.services import record
-
     group, _ = Group.objects.get_or_create(name=REVIEWERS_GROUP)
     if allowed:
         user.groups.add(group)

@@ -3,20 +3,17 @@ import json
 from django import forms
 from django.contrib import admin
 
-from .models import (
-    Agent,
-    Decision,
+from approvals.models import Agent, Decision, Proposal, UserToken
+from approvals.notify.models import (
     Delivery,
-    PolicyVersion,
-    Proposal,
     ReviewerPreferences,
     ReviewLink,
     SlackMessage,
-    UserToken,
     Webhook,
     WebhookDelivery,
 )
-from .policy import PolicySerializer, current_policy, update_policy
+from approvals.policy.models import PolicyVersion
+from approvals.policy.rules import PolicySerializer, current_policy, update_policy
 
 
 @admin.register(Agent)

@@ -2,14 +2,31 @@ from django.apps import AppConfig
 
 
 class ApprovalsConfig(AppConfig):
+    """The approvals app: one Django app (one ``approvals`` label), one package per concern."""
+
     name = "approvals"
 
+    def import_models(self) -> None:
+        super().import_models()
+        # The central rows are in approvals.models, where Django looks; each concern
+        # keeps its own tables in its package, loaded here with them.
+        from approvals.notify import models as notify_models  # noqa: F401
+        from approvals.policy import models as policy_models  # noqa: F401
+
     def ready(self) -> None:
+        from approvals.core import outbox
+
+        # Registered in every process, web included: enqueue() finds a task by its name.
+        from approvals.core import tasks as core_tasks  # noqa: F401
+        from approvals.notify import outbox as notify_outbox
+        from approvals.notify import tasks as notify_tasks  # noqa: F401
         from executions.signals import execution_ended
 
-        from . import notifications
-
-        # Executions never import approvals; the end of a run reaches messages this way.
+        # The layers below never import the notification channels; what they record
+        # reaches them through these two signals.
+        outbox.events_recorded.connect(
+            notify_outbox.on_events_recorded, dispatch_uid="approvals.events_recorded"
+        )
         execution_ended.connect(
-            notifications.on_execution_ended, dispatch_uid="approvals.execution_ended"
+            notify_outbox.on_execution_ended, dispatch_uid="approvals.execution_ended"
         )

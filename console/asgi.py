@@ -12,7 +12,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from approvals.mcp.http import with_mcp  # noqa: E402
+from approvals.agents.mcp.http import with_mcp  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 from console.ws_auth import TokenOrSessionAuthMiddleware  # noqa: E402
 

@@ -7,8 +7,8 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from accounts.roles import REVIEWERS_GROUP
+from approvals.core.tokens import create_agent, rotate_agent_token
 from approvals.models import Agent
-from approvals.tokens import create_agent, rotate_agent_token
 
 DEMO_PASSWORD = "airlock-demo"
 DEMO_AGENT = "demo-agent"

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals.consumers import QueueConsumer
+from approvals.review.consumers import QueueConsumer
 from executions.consumers import ExecutionOutputConsumer
 
 websocket_urlpatterns = [

@@ -304,7 +304,7 @@ SLACK_TIMEOUT_SECONDS = env_int("SLACK_TIMEOUT_SECONDS", 5, minimum=1, maximum=6
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "approvals.authentication.BearerTokenAuthentication",
+        "approvals.agents.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -351,7 +351,9 @@ PREVALIDATOR_URL = env("PREVALIDATOR_URL")
 PREVALIDATOR_MODEL = env("PREVALIDATOR_MODEL")
 PREVALIDATOR_API_KEY = env("PREVALIDATOR_API_KEY")
 PREVALIDATOR_TIMEOUT_SECONDS = env_int("PREVALIDATOR_TIMEOUT_SECONDS", 5, minimum=1, maximum=120)
-PREVALIDATOR_CLASS = env("PREVALIDATOR_CLASS", "approvals.prevalidators.OpenAIChatPreValidator")
+PREVALIDATOR_CLASS = env(
+    "PREVALIDATOR_CLASS", "approvals.policy.prevalidators.OpenAIChatPreValidator"
+)
 if env("RISK_SCORERS"):
     RISK_SCORERS = [path.strip() for path in env("RISK_SCORERS").split(",") if path.strip()]
 

@@ -6,14 +6,14 @@ from drf_spectacular.views import SpectacularAPIView
 from . import health
 
 api_patterns = [
-    path("", include("approvals.urls")),
+    path("", include("approvals.agents.urls")),
     path("", include("executions.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
 ]
 
 urlpatterns = [
     path("api/v1/", include(api_patterns)),
-    path("slack/", include("approvals.slack.urls")),
+    path("slack/", include("approvals.notify.slack.urls")),
     path("livez", health.livez, name="livez"),
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),

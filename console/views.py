@@ -1,6 +1,6 @@
 """The console shell's own pages (users' review rights, the audit trail) and error pages.
 
-The proposal and execution pages live with their apps (``approvals.views``,
+The proposal and execution pages live with their apps (``approvals.review.views``,
 ``executions.views``); ``console_urls`` mounts them all under one namespace.
 """
 

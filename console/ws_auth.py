@@ -31,7 +31,7 @@ def _bearer(scope) -> str | None:
 def _resolve(token: str):
     from django.contrib.auth.models import AnonymousUser
 
-    from approvals.authentication import resolve_token
+    from approvals.agents.authentication import resolve_token
 
     resolved = resolve_token(token)
     return resolved if resolved is not None else (AnonymousUser(), None)

@@ -74,8 +74,8 @@ def seed_history(data_dir: Path, days: int = 14) -> None:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
+    from approvals.core.tokens import create_agent
     from approvals.models import Agent, Decision, Proposal
-    from approvals.tokens import create_agent
     from executions.actions import get_action
 
     rng = random.Random(13)

@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from accounts.roles import REVIEWERS_GROUP
-from approvals.tokens import create_agent, create_user_token
+from approvals.core.tokens import create_agent, create_user_token
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -54,7 +54,7 @@ class Isolation:
 def sandbox_isolation(monkeypatch) -> Isolation:
     """Decisions do not depend on the host the suite runs on (the serve tests use the real one)."""
     isolation = Isolation()
-    monkeypatch.setattr("approvals.services.weak_isolation", lambda: isolation.weak_reason)
+    monkeypatch.setattr("approvals.core.services.weak_isolation", lambda: isolation.weak_reason)
     return isolation
 
 
@@ -134,8 +134,8 @@ def outsider_api(outsider) -> APIClient:
 
 def use_policy(**changes):
     """Put a new policy version in force: the default with ``changes`` applied."""
-    from approvals.models import PolicyVersion
-    from approvals.policy import DEFAULT_POLICY, current_policy
+    from approvals.policy.models import PolicyVersion
+    from approvals.policy.rules import DEFAULT_POLICY, current_policy
 
     current = current_policy()
     data = {**DEFAULT_POLICY, **changes}

@@ -4,7 +4,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import approvals.models
+import approvals.notify.models
 
 
 class Migration(migrations.Migration):
@@ -177,7 +177,7 @@ class Migration(migrations.Migration):
                 ("console", models.BooleanField(default=True)),
                 ("email", models.BooleanField(default=True)),
                 ("slack", models.BooleanField(default=False)),
-                ("bands", models.JSONField(default=approvals.models.every_band)),
+                ("bands", models.JSONField(default=approvals.notify.models.every_band)),
                 ("quiet_from", models.TimeField(blank=True, null=True)),
                 ("quiet_until", models.TimeField(blank=True, null=True)),
                 ("time_zone", models.CharField(blank=True, max_length=64)),

@@ -14,10 +14,11 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from approvals import notifications
-from approvals.models import Proposal, Webhook, WebhookDelivery
-from approvals.policy import update_policy
-from approvals.services import expire_pending
+from approvals.core.services import expire_pending, warn_expiring
+from approvals.models import Proposal
+from approvals.notify import deliveries, webhooks
+from approvals.notify.models import Webhook, WebhookDelivery
+from approvals.policy.rules import update_policy
 from audit.models import AuditEvent
 from tests.conftest import client_for, use_policy
 
@@ -218,8 +219,8 @@ def test_a_warning_goes_out_once_before_expiry(agent_api, reviewer_with_mail, ea
     proposal = Proposal.objects.get(pk=body["id"])
     almost = proposal.expires_at - timedelta(seconds=30)
     with eager_tasks(execute=True):
-        assert notifications.warn_expiring(now=almost) == 1
-        assert notifications.warn_expiring(now=almost) == 0
+        assert warn_expiring(now=almost) == 1
+        assert warn_expiring(now=almost) == 0
     [message] = mail.outbox
     assert "expires soon" in message.subject
 
@@ -268,32 +269,39 @@ def test_an_invalid_policy_is_refused_and_nothing_changes(admin_user):
     assert (Proposal.objects.count(), _current_data()) == before
 
 
+def attempt(delivery_id: int) -> WebhookDelivery:
+    """One more attempt of a webhook delivery, as its retry task makes it."""
+    return deliveries.attempt(WebhookDelivery, delivery_id, webhooks.post)
+
+
 def test_webhook_failures_are_retried_with_backoff_then_logged(
     endpoint, agent, eager_tasks, monkeypatch
 ):
     scheduled = []
-    monkeypatch.setattr(notifications, "_schedule_retry", lambda pk, delay: scheduled.append(delay))
+    monkeypatch.setattr(
+        deliveries, "schedule_retry", lambda log, pk, delay: scheduled.append(delay)
+    )
     endpoint.script = [(500, "{}", 0), (502, "{}", 0)]
     Webhook.objects.create(name="flaky", url=endpoint.url, secret="k")
     with eager_tasks(execute=True):
         propose(client_for_agent(agent), MEDIUM)
     delivery = WebhookDelivery.objects.get()
     assert (delivery.state, delivery.attempts, delivery.response_code) == ("pending", 1, 500)
-    assert notifications.attempt_delivery(delivery.pk).response_code == 502
-    delivered = notifications.attempt_delivery(delivery.pk)
+    assert attempt(delivery.pk).response_code == 502
+    delivered = attempt(delivery.pk)
     assert (delivered.state, delivered.attempts) == ("delivered", 3)
     assert scheduled == [10, 20]
 
 
 def test_a_webhook_that_never_answers_ends_failed(agent, eager_tasks, monkeypatch):
-    monkeypatch.setattr(notifications, "_schedule_retry", lambda pk, delay: None)
+    monkeypatch.setattr(deliveries, "schedule_retry", lambda log, pk, delay: None)
     Webhook.objects.create(name="dead", url="http://127.0.0.1:9/hook", secret="k")
     with eager_tasks(execute=True):
         propose(client_for_agent(agent), MEDIUM)
     delivery = WebhookDelivery.objects.get()
-    for _ in range(notifications.WEBHOOK_MAX_ATTEMPTS - 1):
-        delivery = notifications.attempt_delivery(delivery.pk)
-    assert (delivery.state, delivery.attempts) == ("failed", notifications.WEBHOOK_MAX_ATTEMPTS)
+    for _ in range(webhooks.WEBHOOK_MAX_ATTEMPTS - 1):
+        delivery = attempt(delivery.pk)
+    assert (delivery.state, delivery.attempts) == ("failed", webhooks.WEBHOOK_MAX_ATTEMPTS)
     assert delivery.error
 
 
@@ -371,12 +379,12 @@ def test_network_on_the_local_backend_is_refused_up_front(agent_api, settings):
 
 
 def client_for_agent(agent):
-    from approvals.tokens import rotate_agent_token
+    from approvals.core.tokens import rotate_agent_token
 
     return client_for(rotate_agent_token(agent, "system"))
 
 
 def _current_data() -> dict:
-    from approvals.policy import current_policy
+    from approvals.policy.rules import current_policy
 
     return current_policy().as_data()

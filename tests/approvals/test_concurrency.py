@@ -10,8 +10,8 @@ from django.contrib.auth.models import Group
 from django.db import connection
 
 from accounts.roles import REVIEWERS_GROUP
+from approvals.core.services import ProposalError, decide, submit
 from approvals.models import Decision, Proposal
-from approvals.services import ProposalError, decide, submit
 from executions.models import Execution
 
 MEDIUM = {

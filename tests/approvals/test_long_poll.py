@@ -17,7 +17,8 @@ import pytest
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from approvals import services, waiting
+from approvals.agents import waiting
+from approvals.core import services
 from approvals.models import Proposal
 from executions.broadcast import PROPOSALS_GROUP, broadcast
 from tests.approvals.test_proposals_api import PRINT_HI, RISKY, propose
@@ -425,7 +426,7 @@ def end_execution(execution_id: int) -> None:
 
 def counting_views(monkeypatch) -> list[int]:
     """The proposal reads of the API's view, one entry per run of it."""
-    from approvals import api
+    from approvals.agents import api
 
     runs = []
     real = api.proposal_data

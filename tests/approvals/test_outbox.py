@@ -13,8 +13,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals import notifications, tasks
+from approvals.core import services
+from approvals.core.outbox import notify
 from approvals.models import PendingNotification, Proposal
+from approvals.notify import outbox as notifications
+from approvals.notify import tasks
+from approvals.notify.base import Notifier
 from tests.support import wait_for
 
 MEDIUM = {
@@ -23,7 +27,7 @@ MEDIUM = {
 }
 
 
-class Told(notifications.Notifier):
+class Told(Notifier):
     """A notifier that records what it is told, for every kind."""
 
     events: list = []
@@ -38,7 +42,7 @@ class Told(notifications.Notifier):
 @pytest.fixture
 def told(settings):
     Told.events = []
-    settings.NOTIFIERS = [f"{__name__}.Told", "approvals.notifications.EmailNotifier"]
+    settings.NOTIFIERS = [f"{__name__}.Told", "approvals.notify.email.EmailNotifier"]
     return Told.events
 
 
@@ -86,7 +90,7 @@ def test_the_event_is_written_with_the_proposal_and_told_once_by_a_drain(
 def test_a_change_that_rolls_back_leaves_no_event(agent, told, drains):
     [proposal] = waiting(agent, 1)
     with pytest.raises(RuntimeError), transaction.atomic():
-        notifications.notify("review_requested", proposal)
+        notify("review_requested", proposal)
         assert PendingNotification.objects.count() == 1
         raise RuntimeError("the change fails after the event was written")
     assert not PendingNotification.objects.exists()
@@ -97,8 +101,8 @@ def test_a_change_that_rolls_back_leaves_no_event(agent, told, drains):
 def test_events_are_told_oldest_first_in_batches(agent, told, drains):
     proposals = waiting(agent, 7)
     for proposal in proposals:
-        notifications.notify("review_requested", proposal)
-    notifications.notify("decided", proposals[0])
+        notify("review_requested", proposal)
+    notify("decided", proposals[0])
     assert notifications.drain(limit=3) == 8
     assert told == [("review_requested", p.pk) for p in proposals] + [("decided", proposals[0].pk)]
 
@@ -107,7 +111,7 @@ def test_a_batch_claimed_by_a_live_drain_is_not_taken_again_until_its_claim_is_s
     agent, told, drains
 ):
     [proposal] = waiting(agent, 1)
-    notifications.notify("review_requested", proposal)
+    notify("review_requested", proposal)
     _, [claimed], _ = notifications._claim(10)  # another worker holds it, mid-batch
     assert notifications.drain() == 0 and told == []
 
@@ -122,7 +126,7 @@ def test_a_drain_costs_the_same_queries_for_one_event_or_many(agent, told, drain
     queries = []
     for count in (1, 5):
         for proposal in waiting(agent, count):
-            notifications.notify("review_requested", proposal)
+            notify("review_requested", proposal)
         with CaptureQueriesContext(connection) as captured:
             assert notifications.drain() == count
         queries.append([query["sql"] for query in captured.captured_queries])
@@ -148,7 +152,7 @@ def test_drains_at_once_tell_each_event_exactly_once(agent, told, drains):
     """Worker threads draining together, on real connections."""
     proposals = waiting(agent, 60)
     for proposal in proposals:
-        notifications.notify("review_requested", proposal)
+        notify("review_requested", proposal)
     counts: list[int] = []
     lock = threading.Lock()
 
@@ -174,13 +178,13 @@ def test_drains_at_once_tell_each_event_exactly_once(agent, told, drains):
 def test_one_notifier_failing_does_not_stop_the_others(agent, told, drains, settings):
     settings.NOTIFIERS = [f"{__name__}.Broken", f"{__name__}.Told"]
     [proposal] = waiting(agent, 1)
-    notifications.notify("review_requested", proposal)
+    notify("review_requested", proposal)
     assert notifications.drain() == 1
     assert told == [("review_requested", proposal.pk)]
     assert not PendingNotification.objects.exists()  # told as far as it could be: not retried
 
 
-class Broken(notifications.Notifier):
+class Broken(Notifier):
     def send(self, event) -> None:
         raise RuntimeError("a notifier with a bug")
 
@@ -214,7 +218,9 @@ class TestWaker:
     def sent(self, monkeypatch):
         sent: list[float] = []
         monkeypatch.setattr(
-            tasks.drain_notifications, "delay", lambda: sent.append(time.monotonic())
+            tasks.drain_notifications,
+            "apply_async",
+            lambda *args, **kwargs: sent.append(time.monotonic()),
         )
         return sent
 
@@ -261,14 +267,14 @@ class TestWaker:
         answers = iter([OSError("broker away")] * 3 + [None, OSError("away again")])
         here = threading.get_ident()
 
-        def delay():
+        def delay(*args, **kwargs):
             if threading.get_ident() != here:
                 return  # the process's own waker, rung by an earlier test: not this one's
             answer = next(answers)
             if answer is not None:
                 raise answer
 
-        monkeypatch.setattr(tasks.drain_notifications, "delay", delay)
+        monkeypatch.setattr(tasks.drain_notifications, "apply_async", delay)
         waker = notifications._Waker.__new__(notifications._Waker)  # no thread: sends by hand
         waker._failing = False
         with caplog.at_level(logging.WARNING, logger=notifications.__name__):
@@ -308,7 +314,7 @@ def test_expiry_warnings_go_to_the_proposals_in_the_last_fifth_of_their_time(age
 
     def warned_at(minutes: int, seconds: int = 0) -> list[str]:
         before = set(PendingNotification.objects.values_list("id", flat=True))
-        count = notifications.warn_expiring(now=start + timedelta(minutes=minutes, seconds=seconds))
+        count = services.warn_expiring(now=start + timedelta(minutes=minutes, seconds=seconds))
         new = PendingNotification.objects.exclude(id__in=before).filter(kind="expiry_warning")
         names = [kinds[pk] for pk in new.values_list("proposal_id", flat=True)]
         assert count == len(names)
@@ -337,5 +343,5 @@ def test_expiry_warnings_read_only_the_proposals_that_are_due(agent, drains, mon
     monkeypatch.setattr(
         Proposal, "from_db", classmethod(lambda cls, *row: read.append(row) or from_db(*row))
     )
-    assert notifications.warn_expiring(now=start + timedelta(minutes=9)) == 1
+    assert services.warn_expiring(now=start + timedelta(minutes=9)) == 1
     assert len(read) == 1  # not the forty that are not due

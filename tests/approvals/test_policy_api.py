@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from approvals import policy_text
-from approvals.models import PolicyVersion
-from approvals.policy import current_policy
-from approvals.tokens import create_user_token
+from approvals.core.tokens import create_user_token
+from approvals.policy import text as policy_text
+from approvals.policy.models import PolicyVersion
+from approvals.policy.rules import current_policy
 from audit.models import AuditEvent
 from tests.conftest import client_for
 

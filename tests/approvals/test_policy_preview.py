@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals import simulation
 from approvals.choices import ProposalStatus
 from approvals.models import Proposal
-from approvals.policy import DEFAULT_POLICY, current_policy
+from approvals.policy import simulation
+from approvals.policy.rules import DEFAULT_POLICY, current_policy
 
 STATUS_FOR_STEP = {
     "risk": ProposalStatus.APPROVED,
@@ -189,8 +189,8 @@ def test_the_pre_validator_is_never_called_and_its_recorded_verdict_is_reused(ag
     def refuse(*args, **kwargs):
         raise AssertionError("the preview called the pre-validator")
 
-    monkeypatch.setattr("approvals.services.prevalidate", refuse)
-    monkeypatch.setattr("approvals.prevalidators.prevalidate", refuse)
+    monkeypatch.setattr("approvals.core.services.prevalidate", refuse)
+    monkeypatch.setattr("approvals.policy.prevalidators.prevalidate", refuse)
     current_policy()
     verdict = {"score": None, "reason": "timed out", "ok": False}
     service = {"service_name": "nginx"}
@@ -265,7 +265,7 @@ def test_an_empty_history_previews_to_nothing(db):
 def test_moves_the_policy_in_force_already_makes_are_told_apart_from_the_drafts(
     history, admin_user
 ):
-    from approvals.policy import update_policy
+    from approvals.policy.rules import update_policy
 
     update_policy(draft(high_risk_at=5), admin_user, "in force since the history")
     preview = simulation.simulate(draft(high_risk_at=5))

@@ -8,9 +8,9 @@ import re
 import pytest
 from django.core.management import CommandError, call_command
 
-from approvals import policy_text
-from approvals.models import PolicyVersion
-from approvals.policy import DEFAULT_POLICY, current_policy, update_policy
+from approvals.policy import text as policy_text
+from approvals.policy.models import PolicyVersion
+from approvals.policy.rules import DEFAULT_POLICY, current_policy, update_policy
 from audit.models import AuditEvent
 
 
@@ -201,7 +201,7 @@ def test_simulate_refuses_a_faulty_draft(db, tmp_path):
 
 
 def test_a_draft_is_described_setting_by_setting():
-    from approvals.policy import describe_diff
+    from approvals.policy.rules import describe_diff
 
     after = {
         **DEFAULT_POLICY,
@@ -274,7 +274,7 @@ def test_a_faulty_route_is_refused_with_its_line(db, route, message):
 
 
 def test_the_first_matching_route_wins():
-    from approvals.policy import Policy
+    from approvals.policy.rules import Policy
 
     policy = Policy.from_data(1, {**DEFAULT_POLICY, "slack_routes": ROUTES})
     assert policy.slack_channel_for("anyone", "script.execute", 8) == "#sec-approvals"
@@ -285,7 +285,7 @@ def test_the_first_matching_route_wins():
 
 
 def test_a_route_change_is_described():
-    from approvals.policy import describe_diff
+    from approvals.policy.rules import describe_diff
 
     after = {**DEFAULT_POLICY, "slack_routes": ROUTES[:1]}
     assert describe_diff(DEFAULT_POLICY, after) == [

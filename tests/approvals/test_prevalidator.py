@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from approvals.prevalidators import (
+from approvals.policy.prevalidators import (
     MODIFYING_FLOOR,
     OpenAIChatPreValidator,
     PreValidation,
@@ -18,7 +18,7 @@ from approvals.prevalidators import (
     parse_answer,
     prevalidate,
 )
-from approvals.risk import RiskAssessment
+from approvals.policy.risk import RiskAssessment
 
 LOW_RISK = RiskAssessment(score=2, reasons=[])
 ACTION = "host.exec"

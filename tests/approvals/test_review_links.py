@@ -15,8 +15,11 @@ from django.core import signing
 from django.test import Client
 from django.utils import timezone
 
-from approvals import deliveries, notifications, review_links
-from approvals.models import Decision, Delivery, Proposal, ReviewerPreferences, ReviewLink
+from approvals.core.services import warn_expiring
+from approvals.models import Decision, Proposal
+from approvals.notify import deliveries, review_links
+from approvals.notify.models import Delivery, ReviewerPreferences, ReviewLink
+from approvals.notify.tasks import send_delivery
 from audit.models import AuditEvent
 from tests.approvals.test_cascade import HIGH, MEDIUM, propose
 from tests.conftest import client_for
@@ -261,7 +264,7 @@ def test_the_expiry_warning_carries_a_fresh_link(agent_api, rita, smtp, eager_ta
     body = mailed(agent_api, eager_tasks)
     proposal = Proposal.objects.get(pk=body["id"])
     with eager_tasks(execute=True):
-        notifications.warn_expiring(now=proposal.expires_at - timedelta(seconds=30))
+        warn_expiring(now=proposal.expires_at - timedelta(seconds=30))
     first, warning = smtp.to("rita@example.test")
     assert "expires soon" in warning["Subject"]
     assert review_path(warning) != review_path(first)
@@ -275,14 +278,16 @@ def test_a_refused_mail_is_retried_and_the_log_keeps_no_link(
     agent_api, rita, smtp, eager_tasks, monkeypatch
 ):
     scheduled = []
-    monkeypatch.setattr(deliveries, "_schedule_retry", lambda pk, delay: scheduled.append(delay))
+    monkeypatch.setattr(
+        deliveries, "schedule_retry", lambda log, pk, delay: scheduled.append(delay)
+    )
     smtp.refuse = 1
     mailed(agent_api, eager_tasks)
     delivery = Delivery.objects.get(channel="email")
     assert (delivery.state, delivery.attempts) == ("pending", 1)
     assert "SMTPDataError" in delivery.error and "451" in delivery.error
     assert smtp.messages == [] and scheduled == [10]
-    delivery = deliveries.attempt(delivery.pk)
+    delivery = deliveries.attempt(Delivery, delivery.pk, send_delivery)
     assert (delivery.state, delivery.attempts, delivery.error) == ("delivered", 2, "")
     [message] = smtp.messages
     path = review_path(message)
@@ -295,7 +300,7 @@ def test_no_mail_server_leaves_a_pending_delivery_and_the_proposal_unharmed(
 ):
     from tests.standins import free_port
 
-    monkeypatch.setattr(deliveries, "_schedule_retry", lambda pk, delay: None)
+    monkeypatch.setattr(deliveries, "schedule_retry", lambda log, pk, delay: None)
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()
     body = mailed(agent_api, eager_tasks)

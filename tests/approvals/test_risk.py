@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from approvals.risk import (
+from approvals.policy.risk import (
     DEFAULT_RISK_SCORERS,
     Finding,
     RiskAssessment,
@@ -24,7 +24,7 @@ from approvals.risk import (
     combine,
     score_code,
 )
-from approvals.risk.analysis import analyse_code
+from approvals.policy.risk.analysis import analyse_code
 from tests.approvals.test_risk_table import BASH, JAVASCRIPT, PYTHON
 
 LANGUAGES = ("python", "bash", "javascript")
@@ -249,7 +249,9 @@ def test_pathological_input_scores_instead_of_raising(language, code):
 
 def test_an_unclosed_parameter_expansion_does_not_hang_the_bash_parser():
     # bashlex loops forever, growing memory, on this word; run it where it can be killed.
-    probe = "from approvals.risk import score_code; print(score_code('bash', \"'${'a%\").score)"
+    probe = (
+        "from approvals.policy.risk import score_code; print(score_code('bash', \"'${'a%\").score)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=settings_module_root(),
@@ -332,7 +334,7 @@ def test_harmless_scripts_stay_below_the_default_auto_approve_threshold():
 def test_the_default_scorers_are_the_built_in_ones(settings):
     del settings.RISK_SCORERS
     assert assess("x", {}, 0).score == 0
-    assert DEFAULT_RISK_SCORERS[0].startswith("approvals.risk.scorers.")
+    assert DEFAULT_RISK_SCORERS[0].startswith("approvals.policy.risk.scorers.")
 
 
 def test_scorers_come_from_settings(settings):
@@ -355,7 +357,7 @@ def test_a_scorer_returning_something_else_counts_as_failed(settings):
 
 
 def test_a_scorer_that_cannot_be_imported_is_a_configuration_error(settings):
-    settings.RISK_SCORERS = ["approvals.risk.scorers.NoSuchScorer"]
+    settings.RISK_SCORERS = ["approvals.policy.risk.scorers.NoSuchScorer"]
     with pytest.raises(ImproperlyConfigured, match="RISK_SCORERS"):
         assess("x", {}, 0)
 

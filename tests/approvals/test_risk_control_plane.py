@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from approvals.policy import DEFAULT_POLICY
-from approvals.risk import assess
+from approvals.policy.risk import assess
+from approvals.policy.rules import DEFAULT_POLICY
 
 AUTO_APPROVE_BELOW = DEFAULT_POLICY["auto_approve_below"]
 

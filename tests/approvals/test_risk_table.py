@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.risk import score_code
+from approvals.policy.risk import score_code
 
 LOW, MEDIUM, HIGH = "low", "medium", "high"
 

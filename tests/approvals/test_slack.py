@@ -17,9 +17,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import deliveries, retries
-from approvals.models import Decision, Delivery, Proposal, ReviewerPreferences, SlackMessage
-from approvals.services import expire_pending
+from approvals.core.services import expire_pending
+from approvals.models import Decision, Proposal
+from approvals.notify import deliveries
+from approvals.notify.models import Delivery, ReviewerPreferences, SlackMessage
+from approvals.notify.tasks import send_delivery
 from audit.models import AuditEvent
 from console.celery import app as celery_app
 from tests.approvals.test_cascade import HIGH, MEDIUM, propose
@@ -612,20 +614,22 @@ def test_a_refused_post_is_logged_then_retried_with_backoff(
     agent_api, routed, eager_tasks, monkeypatch
 ):
     scheduled = []
-    monkeypatch.setattr(deliveries, "_schedule_retry", lambda pk, delay: scheduled.append(delay))
+    monkeypatch.setattr(
+        deliveries, "schedule_retry", lambda log, pk, delay: scheduled.append(delay)
+    )
     routed.fail("chat.postMessage", (200, {"ok": False, "error": "channel_not_found"}), (500, {}))
     with eager_tasks(execute=True):
         propose(agent_api, MEDIUM)
     delivery = Delivery.objects.get()
     assert (delivery.state, delivery.attempts) == ("pending", 1)
     assert delivery.error == "Slack refused: channel_not_found"
-    delivery = deliveries.attempt(delivery.pk)
+    delivery = deliveries.attempt(Delivery, delivery.pk, send_delivery)
     assert (delivery.state, delivery.attempts, delivery.error) == (
         "pending",
         2,
         "Slack refused: HTTP 500",
     )
-    delivery = deliveries.attempt(delivery.pk)
+    delivery = deliveries.attempt(Delivery, delivery.pk, send_delivery)
     assert (delivery.state, delivery.attempts, delivery.error) == ("delivered", 3, "")
     assert scheduled == [10, 20]
     assert len(posted(routed)) == 3 and SlackMessage.objects.count() == 1
@@ -633,7 +637,7 @@ def test_a_refused_post_is_logged_then_retried_with_backoff(
 
 @pytest.mark.django_db
 def test_slack_down_does_not_cost_the_decision(pending, routed, reviewer, eager_tasks, monkeypatch):
-    monkeypatch.setattr(deliveries, "_schedule_retry", lambda pk, delay: None)
+    monkeypatch.setattr(deliveries, "schedule_retry", lambda log, pk, delay: None)
     link(reviewer, "U100")
     routed.stop()  # nothing answers from here on
     with eager_tasks(execute=True):
@@ -646,23 +650,25 @@ def test_slack_down_does_not_cost_the_decision(pending, routed, reviewer, eager_
 
 @pytest.mark.django_db
 def test_a_delivery_given_up_on_ends_failed(pending, routed, monkeypatch):
-    monkeypatch.setattr(deliveries, "_schedule_retry", lambda pk, delay: None)
+    monkeypatch.setattr(deliveries, "schedule_retry", lambda log, pk, delay: None)
     message = SlackMessage.objects.get()
     routed.messages.clear()  # deleted in Slack
     delivery = Delivery.objects.create(
         channel="slack", operation="update", event="decided", proposal_id=pending["id"],
         target=message.channel, slack_message=message,
     )  # fmt: skip
-    for _ in range(retries.MAX_ATTEMPTS):
-        delivery = deliveries.attempt(delivery.pk)
-    assert (delivery.state, delivery.attempts) == ("failed", retries.MAX_ATTEMPTS)
+    for _ in range(deliveries.MAX_ATTEMPTS):
+        delivery = deliveries.attempt(Delivery, delivery.pk, send_delivery)
+    assert (delivery.state, delivery.attempts) == ("failed", deliveries.MAX_ATTEMPTS)
     assert delivery.error == "Slack refused: message_not_found"
-    assert deliveries.attempt(delivery.pk).attempts == retries.MAX_ATTEMPTS  # left alone
+    assert (
+        deliveries.attempt(Delivery, delivery.pk, send_delivery).attempts == deliveries.MAX_ATTEMPTS
+    )  # left alone
 
 
 @pytest.mark.django_db
 def test_the_sweep_retries_what_is_due(pending, routed, monkeypatch):
-    monkeypatch.setattr(deliveries, "_schedule_retry", lambda pk, delay: None)
+    monkeypatch.setattr(deliveries, "schedule_retry", lambda log, pk, delay: None)
     message = SlackMessage.objects.get()
     due = Delivery.objects.create(
         channel="slack", operation="update", event="decided", proposal_id=pending["id"],
@@ -674,15 +680,15 @@ def test_the_sweep_retries_what_is_due(pending, routed, monkeypatch):
         target=message.channel, slack_message=message, attempts=1,
         next_attempt_at=timezone.now() + timedelta(minutes=5),
     )  # fmt: skip
-    assert deliveries.retry_due() == 1
+    assert deliveries.retry_due(Delivery, send_delivery) == 1
     assert Delivery.objects.get(pk=due.pk).state == "delivered"
     assert Delivery.objects.get(pk=later.pk).state == "pending"
 
 
 @pytest.mark.django_db
 def test_an_update_overtaken_by_a_newer_state_is_followed_by_the_newer_one(pending, routed):
-    from approvals.slack import notifier
-    from approvals.slack.messages import load, render
+    from approvals.notify.slack import notifier
+    from approvals.notify.slack.messages import load, render
 
     message = SlackMessage.objects.get()
     rendered_before = render(load(pending["id"]), reviewable=True)

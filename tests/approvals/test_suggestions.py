@@ -7,10 +7,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals import suggestions
 from approvals.choices import DecisionKind, ProposalStatus
-from approvals.models import Decision, PolicyVersion, Proposal
-from approvals.policy import DEFAULT_POLICY, Rule, current_policy
+from approvals.models import Decision, Proposal
+from approvals.policy import suggestions
+from approvals.policy.models import PolicyVersion
+from approvals.policy.rules import DEFAULT_POLICY, Rule, current_policy
 from tests.conftest import use_policy
 
 WEB = {"container": "web-1"}

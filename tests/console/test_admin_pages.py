@@ -8,8 +8,9 @@ import pytest
 from django.urls import reverse
 
 from accounts.roles import is_reviewer
-from approvals.models import Agent, PolicyVersion, hash_token
-from approvals.policy import DEFAULT_POLICY, current_policy
+from approvals.models import Agent, hash_token
+from approvals.policy.models import PolicyVersion
+from approvals.policy.rules import DEFAULT_POLICY, current_policy
 from audit.models import AuditEvent
 from tests.conftest import client_for
 
@@ -56,13 +57,13 @@ def test_the_policy_editor_shows_every_field_of_the_policy(admin_client_):
 
 
 def test_the_editor_covers_every_field_of_the_policy_document():
-    from approvals.forms import OverrideForm, PolicySettingsForm, SlackRouteForm
-    from approvals.policy import (
+    from approvals.policy.rules import (
         RULE_KINDS,
         OverrideSerializer,
         PolicySerializer,
         SlackRouteSerializer,
     )
+    from approvals.review.forms import OverrideForm, PolicySettingsForm, SlackRouteForm
 
     lists = {"deny", "allow", "notify", "agent_overrides", "slack_routes"}
     edited = set(PolicySettingsForm.base_fields) | lists

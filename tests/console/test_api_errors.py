@@ -115,7 +115,7 @@ def test_a_proposal_cut_off_by_the_database_leaves_nothing_behind(agent_api, mon
 
     body = {"action": "script.execute", "parameters": {"language": "python", "code": "print(1)"}}
     with monkeypatch.context() as patch:
-        patch.setattr("approvals.services.record", cut)  # after the proposal's row is written
+        patch.setattr("approvals.core.services.record", cut)  # after the proposal's row is written
         response = agent_api.post("/api/v1/proposals", body, format="json")
 
     error(response, 503, "service_unavailable")

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import Delivery, Webhook, WebhookDelivery
+from approvals.notify.models import Delivery, Webhook, WebhookDelivery
 
 pytestmark = pytest.mark.django_db
 

@@ -15,10 +15,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import overview
 from approvals.choices import ProposalStatus
+from approvals.core.tokens import create_agent
 from approvals.models import Proposal
-from approvals.tokens import create_agent
+from approvals.review import overview
 
 from .conftest import logged_in
 

@@ -6,7 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import Agent, Proposal, ReviewerPreferences
+from approvals.models import Agent, Proposal
+from approvals.notify.models import ReviewerPreferences
 from executions.models import Execution
 
 from .conftest import logged_in

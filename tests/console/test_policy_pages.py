@@ -8,8 +8,8 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from approvals.models import PolicyVersion
-from approvals.policy import DEFAULT_POLICY, current_policy, update_policy
+from approvals.policy.models import PolicyVersion
+from approvals.policy.rules import DEFAULT_POLICY, current_policy, update_policy
 from tests.approvals.test_policy_preview import stored
 from tests.approvals.test_suggestions import reviewed
 

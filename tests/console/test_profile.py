@@ -7,7 +7,7 @@ from datetime import UTC, datetime, time
 import pytest
 from django.urls import reverse
 
-from approvals.models import ReviewerPreferences, preferences_for
+from approvals.notify.models import ReviewerPreferences, preferences_for
 
 pytestmark = pytest.mark.django_db
 

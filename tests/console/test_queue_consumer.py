@@ -8,7 +8,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from approvals import services
+from approvals.core import services
 from console.asgi import application
 
 from .conftest import pending_proposal
@@ -175,7 +175,7 @@ async def test_notifications_arrive_as_notices(reviewer, agent):
 
 
 async def test_notices_follow_the_reviewers_preferences(reviewer, agent):
-    from approvals.models import ReviewerPreferences
+    from approvals.notify.models import ReviewerPreferences
 
     await database_sync_to_async(ReviewerPreferences.objects.create)(user=reviewer, bands=["high"])
     medium = await database_sync_to_async(pending_proposal)(agent, risk=5)
@@ -200,10 +200,11 @@ async def test_a_drained_batch_is_one_frame_of_the_notices_wanted_in_order(
 ):
     from django.db import transaction
 
-    from approvals import notifications
-    from approvals.models import ReviewerPreferences
+    from approvals.core.outbox import notify
+    from approvals.notify import outbox as notifications
+    from approvals.notify.models import ReviewerPreferences
 
-    settings.NOTIFIERS = ["approvals.notifications.ConsoleNotifier"]
+    settings.NOTIFIERS = ["approvals.notify.console.ConsoleNotifier"]
     monkeypatch.setattr(notifications, "request_drain", lambda: None)
     await database_sync_to_async(ReviewerPreferences.objects.create)(
         user=reviewer, bands=["medium", "high"]
@@ -217,7 +218,7 @@ async def test_a_drained_batch_is_one_frame_of_the_notices_wanted_in_order(
     def notify_and_drain():
         with transaction.atomic():
             for proposal in proposals:
-                notifications.notify("review_requested", proposal)
+                notify("review_requested", proposal)
         return notifications.drain()
 
     assert await database_sync_to_async(notify_and_drain)() == 4
@@ -231,8 +232,8 @@ async def test_a_drained_batch_is_one_frame_of_the_notices_wanted_in_order(
 
 
 async def test_a_burst_of_notices_shows_the_newest_it_wants(reviewer, agent):
-    from approvals.consumers import NOTICES_PER_PUSH
-    from approvals.models import ReviewerPreferences
+    from approvals.notify.models import ReviewerPreferences
+    from approvals.review.consumers import NOTICES_PER_PUSH
 
     await database_sync_to_async(ReviewerPreferences.objects.create)(user=reviewer, bands=["high"])
     communicator = await connect(reviewer)
@@ -267,7 +268,7 @@ async def test_a_proposal_page_gets_no_notice_about_the_proposal_it_shows(review
 async def test_only_reviewers_may_listen(who, outsider, agent):
     from django.contrib.auth.models import AnonymousUser
 
-    from approvals.authentication import AgentPrincipal
+    from approvals.agents.authentication import AgentPrincipal
 
     user = {"anonymous": AnonymousUser(), "outsider": outsider, "agent": AgentPrincipal(agent)}[who]
     communicator = await connect(user)

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from accounts.roles import REVIEWERS_GROUP
 from approvals.choices import ProposalStatus
+from approvals.core.tokens import create_agent
 from approvals.models import Agent, Proposal
-from approvals.tokens import create_agent
 from executions.choices import ExecutionStatus
 from executions.models import Execution, OutputChunk
 from tests.conftest import client_for
@@ -365,7 +365,7 @@ def test_history_is_paginated(reviewer_client, some_history):
 def test_the_history_page_query_uses_an_index(some_history):
     if connection.vendor != "sqlite":
         pytest.skip("the plan text is SQLite's")
-    from approvals.views import history_page
+    from approvals.review.views.proposals import history_page
 
     _, page = history_page({"agent": "bulk-1"})
     plan = page.object_list.explain()

@@ -16,9 +16,9 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework import serializers
 
-from approvals.models import PolicyVersion
-from approvals.policy import DEFAULT_POLICY, current_policy
-from approvals.services import submit
+from approvals.core.services import submit
+from approvals.policy.models import PolicyVersion
+from approvals.policy.rules import DEFAULT_POLICY, current_policy
 from audit.models import AuditEvent
 from executions import services
 from executions.actions import get_action

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
-from approvals.services import submit
+from approvals.core.services import submit
 from console.asgi import application
 from executions import services
 from tests.support import wait_for

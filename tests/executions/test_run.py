@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from approvals.core.services import submit
 from approvals.models import Proposal
-from approvals.services import submit
 from executions import services
 from executions.models import Execution, OutputChunk
 from tests.conftest import client_for

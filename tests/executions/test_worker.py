@@ -16,7 +16,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.utils import timezone
 
-from approvals.services import submit
+from approvals.core.services import submit
 from executions import services
 from executions.models import Execution, SandboxSession
 from tests import support

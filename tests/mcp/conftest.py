@@ -73,7 +73,7 @@ class Served:
         self.manage(
             "shell",
             "-c",
-            "from approvals.models import Agent; from approvals.tokens import set_agent_active; "
+            "from approvals.models import Agent; from approvals.core.tokens import set_agent_active; "
             f"set_agent_active(Agent.objects.get(name={name!r}), False, 'system')",
         )
 

@@ -7,9 +7,9 @@ import re
 import pytest
 from rest_framework import serializers
 
-from approvals.mcp.calls import all_tools
-from approvals.mcp.schema import object_schema
-from approvals.mcp.tools import Catalog, EnvelopeArguments, ToolDef
+from approvals.agents.mcp.calls import all_tools
+from approvals.agents.mcp.schema import object_schema
+from approvals.agents.mcp.tools import Catalog, EnvelopeArguments, ToolDef
 from executions.actions import ActionSpec, catalog
 
 

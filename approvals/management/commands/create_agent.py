@@ -2,7 +2,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from approvals import tokens
+from approvals.core import tokens
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals import tokens
+from approvals.core import tokens
 
 
 class Command(BaseCommand):

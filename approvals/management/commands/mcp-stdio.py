@@ -14,7 +14,7 @@ import httpx2
 from django.core.management.base import BaseCommand, CommandError
 from mcp.shared.exceptions import MCPError
 
-from approvals.mcp.stdio import TOKEN_ENV, bridge
+from approvals.agents.mcp.stdio import TOKEN_ENV, bridge
 
 
 class Command(BaseCommand):

@@ -15,7 +15,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals import policy_text, simulation
+from approvals.policy import simulation
+from approvals.policy import text as policy_text
 
 
 class Command(BaseCommand):

@@ -1,0 +1,489 @@
+"""Agent API for proposals: submit, read (long-poll), approve/reject, capabilities."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.db.models import F
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.roles import is_agent, is_reviewer
+from approvals.choices import CHANGE, UNTIL, DecisionKind, ProposalStatus, Urgency
+from approvals.core import services
+from approvals.models import Decision, Proposal
+from audit.services import actor_label
+from executions import sessions
+from executions.actions import catalog
+from executions.choices import ExecutionStatus
+from executions.models import SandboxSession
+from executions.sandboxes.status import sandbox_status
+from infrastructure.prepared import Prepared
+from infrastructure.rest.errors import ApiError, get_or_404
+
+WAIT_POLL_SECONDS = 0.05
+STATUS_FOR = {
+    "unknown_action": 400,
+    "validation_error": 400,
+    "permission_denied": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "idempotency_conflict": 409,
+    "sandbox_unsupported": 422,
+}
+
+
+# Plain serializers with their fields declared: a ModelSerializer rebuilds its
+# fields from the model on every instance, which was a third of a read's time.
+# They read the rows of ``proposal_data`` (dicts), and one instance of each
+# serves every answer (its fields are bound once; representing is stateless).
+class DecisionSerializer(serializers.Serializer):
+    reviewer = serializers.CharField(source="reviewer_name")
+    kind = serializers.ChoiceField(choices=DecisionKind.choices)
+    comment = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class RiskSerializer(serializers.Serializer):
+    score = serializers.IntegerField()
+    reasons = serializers.ListField(child=serializers.CharField())
+
+
+class ProposalSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=ProposalStatus.choices)
+    agent = serializers.CharField(source="agent_name")
+    action = serializers.CharField()
+    parameters = serializers.JSONField()
+    summary = serializers.CharField()
+    reason = serializers.CharField()
+    urgency = serializers.ChoiceField(choices=Urgency.choices)
+    idempotency_key = serializers.CharField(allow_null=True)
+    risk = serializers.SerializerMethodField()
+    decision_path = serializers.JSONField()
+    policy_version = serializers.IntegerField()
+    required_approvals = serializers.IntegerField()
+    approvals = serializers.IntegerField(source="approvals_count")
+    approvals_remaining = serializers.IntegerField()
+    decisions = DecisionSerializer(many=True)
+    execution_id = serializers.IntegerField(allow_null=True)
+    execution_status = serializers.ChoiceField(choices=ExecutionStatus.choices, allow_null=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    decided_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field(RiskSerializer)
+    def get_risk(self, proposal: dict) -> dict:
+        return {"score": proposal["risk_score"], "reasons": proposal["risk_reasons"]}
+
+
+PROPOSAL_FIELDS = [
+    "id", "status", "agent_id", "action", "parameters", "summary", "reason", "urgency",
+    "idempotency_key", "risk_score", "risk_reasons", "decision_path", "policy_version",
+    "required_approvals", "approvals_count", "execution_id", "created_at", "expires_at",
+    "decided_at",
+]  # fmt: skip
+_proposal_row = Prepared(
+    lambda pk: Proposal.objects.filter(pk=pk).values(
+        *PROPOSAL_FIELDS, agent_name=F("agent__name"), execution_status=F("execution__status")
+    ),
+    pk=int,
+)
+_decision_rows = Prepared(
+    lambda pk: (
+        Decision.objects.filter(proposal_id=pk)
+        .order_by("created_at", "pk")
+        .values("kind", "comment", "created_at", reviewer_name=F("reviewer__username"))
+    ),
+    pk=int,
+)
+_proposal_serializer = ProposalSerializer()
+
+
+def may_read_proposals(user) -> None:
+    if not (is_agent(user) or is_reviewer(user)):
+        raise ApiError(403, "permission_denied", "only reviewers and agents can read proposals")
+
+
+def proposal_data(user, pk: int) -> dict:
+    """Proposal ``pk`` as the API answers it, if ``user`` may read it (two queries), else 404."""
+    may_read_proposals(user)
+    row = _proposal_row.first(pk=pk)
+    if row is None or (is_agent(user) and row["agent_id"] != user.agent.pk):
+        raise ApiError(404, "not_found", f"proposal {pk} does not exist or is not visible to you")
+    row["decisions"] = _decision_rows.rows(pk=pk) if may_have_decisions(row) else []
+    return represent(row)
+
+
+def may_have_decisions(row: dict) -> bool:
+    """Whether reviewers decided anything: an approval is counted with it, a rejection closes."""
+    return row["approvals_count"] > 0 or row["status"] == ProposalStatus.REJECTED
+
+
+def represent(row: dict) -> dict:
+    """A proposal row (with ``decisions``) as the API answers it."""
+    pending = row["status"] == ProposalStatus.PENDING
+    row["approvals_remaining"] = (
+        max(row["required_approvals"] - row["approvals_count"], 0) if pending else 0
+    )
+    return _proposal_serializer.to_representation(row)
+
+
+def _raise(exc: services.ProposalError):
+    raise ApiError(STATUS_FOR.get(exc.kind, 400), exc.kind, exc.message) from None
+
+
+def submitted(request, submission: services.Submission) -> Response:
+    """201 with a new proposal as it stands (no second read), 200 with a replayed one."""
+    proposal = submission.proposal
+    if not submission.created:
+        return Response(proposal_data(request.user, proposal.pk), status=status.HTTP_200_OK)
+    row = {name: getattr(proposal, name) for name in PROPOSAL_FIELDS}
+    row["agent_name"] = proposal.agent.name
+    row["execution_status"] = proposal.execution.status if proposal.execution_id else None
+    row["decisions"] = []  # none yet
+    return Response(represent(row), status=status.HTTP_201_CREATED)
+
+
+WAIT_PARAMETERS = [
+    OpenApiParameter(
+        "wait",
+        float,
+        description=f"block up to this many seconds (≤ {settings.LONG_POLL_MAX_SECONDS}) "
+        "for a change of status, approvals or execution status; a proposal that has "
+        "reached its end (denied, rejected, expired, or its execution finished) "
+        "answers at once",
+    ),
+    OpenApiParameter(
+        "until",
+        str,
+        enum=UNTIL,
+        description="what a `wait` waits for: `change` (the default) any change of "
+        "what the call read; `decided` the proposal's decision (approved, denied, "
+        "rejected, expired); `finished` its end: a decision against it, or its "
+        "execution's end. A proposal already there answers at once.",
+    ),
+]
+
+
+class ProposalCreate(APIView):
+    @extend_schema(
+        request=services.EnvelopeSerializer,
+        parameters=WAIT_PARAMETERS,
+        responses={201: ProposalSerializer, 200: ProposalSerializer},
+        summary="Propose an action",
+        description="The same idempotency key returns the original proposal (200). With "
+        "`?wait=N&until=finished` the call answers once the proposal has run (or was "
+        "decided against), within N seconds: proposal to result in one call.",
+    )
+    def post(self, request):
+        if not is_agent(request.user):
+            raise ApiError(403, "permission_denied", "only agent tokens can propose actions")
+        _check_waiting(request)  # before anything is made: a bad wait leaves no proposal
+        try:
+            submission = services.submit(request.user.agent, request.data)
+        except services.ProposalError as exc:
+            _raise(exc)
+        return submitted(request, submission)
+
+
+class ProposalDetail(APIView):
+    @extend_schema(
+        parameters=WAIT_PARAMETERS,
+        responses=ProposalSerializer,
+        summary="Read a proposal",
+    )
+    def get(self, request, pk: int):
+        data = proposal_data(request.user, pk)
+        _check_waiting(request)
+        return Response(data)
+
+
+def _check_waiting(request) -> None:
+    """400 for a bad ``wait`` or ``until``; the waiting is approvals.agents.waiting.long_poll's."""
+    _wait_seconds(request)
+    _until(request)
+
+
+def _wait_seconds(request) -> float:
+    raw = request.query_params.get("wait")
+    if raw in (None, ""):
+        return 0
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise ApiError(
+            400, "validation_error", f"wait must be a number of seconds, got {raw!r}"
+        ) from None
+    if not 0 <= wait <= settings.LONG_POLL_MAX_SECONDS:
+        raise ApiError(
+            400, "validation_error", f"wait must be between 0 and {settings.LONG_POLL_MAX_SECONDS}"
+        )
+    return wait
+
+
+def _until(request) -> str:
+    until = request.query_params.get("until") or CHANGE
+    if until not in UNTIL:
+        raise ApiError(
+            400, "validation_error", f"until must be one of {', '.join(UNTIL)}, got {until!r}"
+        )
+    return until
+
+
+class CommentSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=4000, allow_blank=True, default="")
+
+
+class _DecisionView(APIView):
+    kind = ""
+
+    def post(self, request, pk: int):
+        if is_agent(request.user):
+            raise ApiError(403, "permission_denied", "agent tokens cannot approve or reject")
+        body = CommentSerializer(data=_object(request))
+        body.is_valid(raise_exception=True)
+        try:
+            services.decide(pk, request.user, self.kind, body.validated_data["comment"])
+        except services.ProposalError as exc:
+            _raise(exc)
+        return Response(proposal_data(request.user, pk))
+
+
+class ProposalApprove(_DecisionView):
+    kind = "approve"
+
+    @extend_schema(
+        request=CommentSerializer, responses=ProposalSerializer, summary="Approve (reviewers)"
+    )
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+
+class ProposalReject(_DecisionView):
+    kind = "reject"
+
+    @extend_schema(
+        request=CommentSerializer, responses=ProposalSerializer, summary="Reject (reviewers)"
+    )
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+
+def describe_parameters(serializer_class) -> dict:
+    """A compact JSON description of an action's parameters."""
+    described = {}
+    for name, field in serializer_class().fields.items():
+        entry = {
+            "type": type(field).__name__.removesuffix("Field").lower(),
+            "required": field.required,
+        }
+        for attr in ("min_value", "max_value", "max_length"):
+            if getattr(field, attr, None) is not None:
+                entry[attr] = getattr(field, attr)
+        if getattr(field, "choices", None):
+            entry["choices"] = list(field.choices)
+        if not field.required and field.default is not serializers.empty:
+            entry["default"] = field.default
+        described[name] = entry
+    return described
+
+
+# Session management runs no code, so it is not a proposal; executes are.
+SESSION_OPERATIONS = (
+    ("sandbox.create", "POST /api/v1/sandboxes"),
+    ("sandbox.list", "GET /api/v1/sandboxes"),
+    ("sandbox.execute", "POST /api/v1/sandboxes/{id}/execute"),
+    ("sandbox.destroy", "DELETE /api/v1/sandboxes/{id}"),
+)
+
+
+class Capabilities(APIView):
+    @extend_schema(
+        responses=inline_serializer(
+            "Capabilities",
+            {
+                "principal": serializers.CharField(),
+                "capabilities": serializers.ListField(child=serializers.CharField()),
+                "actions": serializers.ListField(child=serializers.DictField()),
+                "sandbox": serializers.DictField(),
+            },
+        ),
+        summary="What this token may propose, and the sandbox in force",
+    )
+    def get(self, request):
+        return Response(capabilities(request.user))
+
+
+def capabilities(user) -> dict:
+    """What ``user``'s token may propose, and the sandbox in force."""
+    agent = user.agent if is_agent(user) else None
+
+    def allowed(action: str) -> bool:
+        return agent.capability_for(action) is not None if agent else False
+
+    actions = [
+        {
+            "name": spec.name,
+            "description": spec.description,
+            "base_risk": spec.base_risk,
+            "read_only": spec.read_only,
+            "allowed": allowed(spec.name),
+            "parameters": describe_parameters(spec.serializer),
+        }
+        for spec in sorted(catalog().values(), key=lambda s: s.name)
+    ]
+    return {
+        "principal": user.get_username(),
+        "capabilities": agent.capabilities if agent else [],
+        "reviewer": is_reviewer(user),
+        "actions": actions,
+        "sandbox": sandbox_status(),
+        "sessions": [
+            {"capability": capability, "request": request_line, "allowed": allowed(capability)}
+            for capability, request_line in SESSION_OPERATIONS
+        ],
+    }
+
+
+# Sandbox sessions: created and destroyed directly (no code runs), every
+# execute is a ``sandbox.execute`` proposal and passes through policy.
+
+SESSION_START_WAIT_SECONDS = 15
+
+
+class SandboxSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SandboxSession
+        fields = [
+            "id",
+            "language",
+            "status",
+            "backend",
+            "worker_host",
+            "executes",
+            "error",
+            "created_at",
+            "last_used_at",
+            "closed_at",
+            "closed_reason",
+        ]
+
+
+class SandboxCreateSerializer(serializers.Serializer):
+    language = serializers.ChoiceField(choices=["python"], default="python")
+
+
+class SandboxExecuteSerializer(serializers.Serializer):
+    code = serializers.CharField(max_length=100_000, trim_whitespace=False)
+    timeout_seconds = serializers.IntegerField(min_value=1, max_value=300, default=30)
+    reason = serializers.CharField(max_length=4000, allow_blank=True, default="")
+    idempotency_key = serializers.CharField(max_length=200, required=False)
+
+
+def _agent_with(request, capability: str):
+    if not is_agent(request.user):
+        raise ApiError(
+            403, "permission_denied", "sandbox sessions belong to agents; use an agent token"
+        )
+    agent = request.user.agent
+    if agent.capability_for(capability) is None:
+        raise ApiError(403, "permission_denied", f"the agent has no capability for {capability}")
+    return agent
+
+
+def _object(request) -> dict:
+    if not isinstance(request.data, dict):
+        raise ApiError(400, "validation_error", "expected a JSON object")
+    return request.data
+
+
+def visible_sessions(user):
+    if is_agent(user):
+        return SandboxSession.objects.filter(owner=actor_label(user.agent))
+    if is_reviewer(user):
+        return SandboxSession.objects.all()
+    raise ApiError(403, "permission_denied", "only agents and reviewers can see sandbox sessions")
+
+
+class Sandboxes(APIView):
+    @extend_schema(responses=SandboxSerializer(many=True), summary="List sandbox sessions")
+    def get(self, request):
+        if is_agent(request.user):
+            _agent_with(request, "sandbox.list")
+        listed = visible_sessions(request.user).order_by("-created_at")[:200]
+        return Response({"sandboxes": SandboxSerializer(listed, many=True).data})
+
+    @extend_schema(
+        request=SandboxCreateSerializer,
+        responses={201: SandboxSerializer},
+        summary="Create a persistent sandbox session",
+    )
+    def post(self, request):
+        agent = _agent_with(request, "sandbox.create")
+        body = SandboxCreateSerializer(data=_object(request))
+        body.is_valid(raise_exception=True)
+        session = sessions.start(actor_label(agent), body.validated_data["language"])
+        deadline = time.monotonic() + SESSION_START_WAIT_SECONDS
+        while session.status == SandboxSession.Status.STARTING and time.monotonic() < deadline:
+            time.sleep(WAIT_POLL_SECONDS)
+            session.refresh_from_db()
+        return Response(SandboxSerializer(session).data, status=status.HTTP_201_CREATED)
+
+
+class SandboxDetail(APIView):
+    @extend_schema(responses=SandboxSerializer, summary="Read a sandbox session")
+    def get(self, request, pk: int):
+        return Response(
+            SandboxSerializer(
+                get_or_404(visible_sessions(request.user), pk, "sandbox session")
+            ).data
+        )
+
+    @extend_schema(responses=SandboxSerializer, summary="Destroy a sandbox session")
+    def delete(self, request, pk: int):
+        agent = _agent_with(request, "sandbox.destroy")
+        session = get_or_404(visible_sessions(request.user), pk, "sandbox session")
+        return Response(SandboxSerializer(sessions.destroy(session, actor_label(agent))).data)
+
+
+class SandboxExecute(APIView):
+    @extend_schema(
+        request=SandboxExecuteSerializer,
+        responses={201: ProposalSerializer},
+        summary="Propose an execute in a session (passes through policy like any proposal)",
+    )
+    def post(self, request, pk: int):
+        agent = _agent_with(request, "sandbox.execute")
+        session = get_or_404(visible_sessions(request.user), pk, "sandbox session")
+        if session.status != SandboxSession.Status.ACTIVE:
+            raise ApiError(
+                409, "conflict", f"sandbox session {pk} is {session.status}; create a new session"
+            )
+        body = SandboxExecuteSerializer(data=_object(request))
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        envelope = {
+            "action": "sandbox.execute",
+            "parameters": {
+                "session_id": session.pk,
+                "code": data["code"],
+                "timeout_seconds": data["timeout_seconds"],
+            },
+            "reason": data["reason"],
+        }
+        if data.get("idempotency_key"):
+            envelope["idempotency_key"] = data["idempotency_key"]
+        try:
+            submission = services.submit(agent, envelope)
+        except services.ProposalError as exc:
+            _raise(exc)
+        return submitted(request, submission)

@@ -1,0 +1,12 @@
+"""The approval core: proposals and decisions, from an agent's submission to a run queued.
+
+Owns the workflows that span rows (``services``: submit → assess → decide →
+queue; a reviewer's decision, the quorum, the self-approval ban; expiry and
+its warning), the outbox each change writes its events to (``outbox``),
+agents and their tokens (``tokens``) and the periodic expiry (``tasks``).
+
+May import ``approvals.policy`` (the cascade, the risk score), the app's
+models, ``executions.services`` (to start a run), ``accounts``, ``audit`` and
+``infrastructure``. It never imports the interfaces or the notification
+channels: they call it, and they read what it writes.
+"""

@@ -1,0 +1,364 @@
+"""Proposal workflows: submit → assess → decide → queue; review, quorum; expiry and its warning."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import DateTimeField, F, Value
+from django.utils import timezone
+from rest_framework import serializers
+
+from accounts.roles import is_reviewer
+from approvals.choices import DecisionKind, ProposalStatus, Urgency
+from approvals.core.outbox import notify
+from approvals.models import Agent, Decision, Proposal
+from approvals.policy.prevalidators import prevalidate
+from approvals.policy.risk import assess
+from approvals.policy.rules import Policy, current_policy, evaluate
+from audit.services import actor_label, record
+from executions import services as executions
+from executions.actions import get_action
+from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
+from executions.sandboxes.status import sandbox_status, weak_isolation
+from infrastructure.prepared import PreparedInsert
+from infrastructure.rest.serializers import Serializer
+
+log = logging.getLogger(__name__)
+_insert_proposal = PreparedInsert(Proposal)
+
+
+class ProposalError(Exception):
+    """A request about a proposal that cannot be honoured; ``kind`` maps to an API error type."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class Submission:
+    proposal: Proposal
+    created: bool
+
+
+class EnvelopeSerializer(Serializer):
+    action = serializers.CharField(max_length=100)
+    parameters = serializers.JSONField(default=dict)
+    reason = serializers.CharField(max_length=4000, allow_blank=True, default="")
+    urgency = serializers.ChoiceField(choices=Urgency.choices, default=Urgency.NORMAL)
+    idempotency_key = serializers.CharField(max_length=200, required=False, allow_null=True)
+
+
+def submit(agent: Agent, payload: object) -> Submission:
+    """Validate, assess and decide a proposal in one transaction; idempotent by key."""
+    if not isinstance(payload, dict):
+        raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
+    envelope = EnvelopeSerializer(data=payload)
+    unknown = set(payload) - set(envelope.fields)  # the fields validation then uses
+    if unknown:
+        raise serializers.ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+    envelope.is_valid(raise_exception=True)
+    data = envelope.validated_data
+    key = data.get("idempotency_key")
+    if key:
+        existing = _idempotent_match(agent, key, data)
+        if existing is not None:
+            return Submission(existing, created=False)
+    spec = get_action(data["action"])
+    if spec is None:
+        raise ProposalError(
+            "unknown_action", f"unknown action {data['action']!r}; see /api/v1/capabilities"
+        )
+    parameters = spec.validate(data["parameters"])
+    if spec.authorize is not None:
+        spec.authorize(parameters, actor_label(agent))
+    try:
+        proposal = _decide_new(agent, spec, parameters, data)
+    except IntegrityError:
+        existing = _idempotent_match(agent, key, data) if key else None
+        if existing is None:
+            raise
+        return Submission(existing, created=False)
+    return Submission(proposal, created=True)
+
+
+def _refuse_network_the_sandbox_lacks() -> None:
+    if sandbox_status()["backend"] == "local":
+        raise ProposalError(
+            "sandbox_unsupported",
+            "the sandbox in force (local) gives scripts no network: a run would share the "
+            "host's, where the console, Redis and PostgreSQL listen; ask without "
+            "'network' or have an admin configure the docker or gvisor backend",
+        )
+
+
+def _idempotent_match(agent: Agent, key: str, data: dict) -> Proposal | None:
+    existing = Proposal.objects.filter(agent=agent, idempotency_key=key).first()
+    if existing is None:
+        return None
+    if existing.action != data["action"]:
+        raise ProposalError(
+            "idempotency_conflict",
+            f"idempotency key {key!r} was already used for proposal {existing.pk} "
+            f"({existing.action}) with a different action",
+        )
+    return existing
+
+
+def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
+    policy = current_policy().for_agent(agent.name)
+    wants_network = bool(parameters.get("network"))
+    if spec.sandboxed and wants_network and policy.script_network:
+        _refuse_network_the_sandbox_lacks()
+    assessment = assess(spec.name, parameters, spec.base_risk)
+    outcome = evaluate(
+        policy,
+        action=spec.name,
+        targets=spec.target_values(parameters),
+        capability=agent.capability_for(spec.name),
+        risk_score=assessment.score,
+        wants_network=wants_network,
+        weak_sandbox=weak_isolation() if spec.sandboxed else None,
+        prevalidate=lambda: prevalidate(
+            spec.name, parameters, assessment, read_only=spec.read_only
+        ),
+    )
+    score, reasons = assessment.score, list(assessment.reasons)
+    verdict = outcome.extra.get("prevalidator")
+    if verdict and verdict["ok"] and verdict["score"] > score:
+        score = verdict["score"]
+        reasons.append(f"pre-validator: {verdict['reason']}")
+    now = timezone.now()
+    actor = actor_label(agent)
+    approved = outcome.status == ProposalStatus.APPROVED
+    row = _insert_proposal.prepare(
+        agent=agent,
+        action=spec.name,
+        parameters=parameters,
+        summary=spec.describe(parameters)[:300],
+        reason=data["reason"],
+        urgency=data["urgency"],
+        idempotency_key=data.get("idempotency_key"),
+        status=outcome.status,
+        risk_score=score,
+        risk_reasons=reasons,
+        decision_path=outcome.decision_path(policy.version),
+        policy_version=policy.version,
+        required_approvals=outcome.required_approvals,
+        created_at=now,
+        expires_at=(
+            now + timedelta(minutes=policy.review_timeout_minutes)
+            if outcome.status == ProposalStatus.PENDING
+            else None
+        ),
+        decided_at=None if outcome.status == ProposalStatus.PENDING else now,
+    )
+    with transaction.atomic():
+        # Approved at once: the execution first, so the proposal's row is written once.
+        execution = _new_execution(agent, spec.name, parameters) if approved else None
+        proposal = _insert_proposal.insert(row, execution=execution)
+        record(
+            actor,
+            "proposal.submitted",
+            proposal,
+            action=spec.name,
+            risk=score,
+            policy_version=policy.version,
+        )
+        record("system", f"proposal.{outcome.status}", proposal, **proposal.decision_path)
+        if execution is not None:
+            executions.queued(execution, actor="system")
+        if outcome.notify:
+            notify("notify_list", proposal)
+        elif outcome.status == ProposalStatus.PENDING:
+            notify("review_requested", proposal)
+        _announce(proposal)
+    return proposal
+
+
+def _new_execution(agent: Agent, action: str, parameters: dict):
+    capability = agent.capability_for(action)
+    return executions.create_execution(
+        action=action,
+        parameters=parameters,
+        requested_by=actor_label(agent),
+        capabilities_used=[capability] if capability else [],
+    )
+
+
+def _queue_execution(proposal: Proposal, actor: str) -> None:
+    proposal.execution = _new_execution(proposal.agent, proposal.action, proposal.parameters)
+    Proposal.objects.filter(pk=proposal.pk).update(execution=proposal.execution)
+    executions.queued(proposal.execution, actor)
+
+
+def _announce(proposal: Proposal) -> None:
+    # With the proposal's state as long-polls compare it: a waiter wakes on the message alone.
+    message = {
+        "type": "proposal.changed",
+        "proposal_id": proposal.pk,
+        "status": proposal.status,
+        "approvals": proposal.approvals_count,
+        "execution_id": proposal.execution_id,
+        "execution_status": proposal.execution.status if proposal.execution_id else None,
+    }
+    broadcast_on_commit(PROPOSALS_GROUP, message)
+
+
+def decide(
+    proposal_id: int,
+    reviewer: AbstractBaseUser,
+    kind: str,
+    comment: str = "",
+    via: str | None = None,
+) -> Proposal:
+    """A reviewer approves or rejects. Guarded: one decision per reviewer, quorum, expiry.
+
+    ``via`` names where the decision came from (Slack, an email link) for the audit trail.
+    """
+    if not is_reviewer(reviewer):
+        raise ProposalError("permission_denied", "only reviewers can approve or reject proposals")
+    if kind not in DecisionKind.values:
+        raise ProposalError("validation_error", f"unknown decision {kind!r}")
+    now = timezone.now()
+    with transaction.atomic():
+        proposal = (
+            Proposal.objects.select_for_update(of=("self",))
+            .select_related("agent")
+            .filter(pk=proposal_id)
+            .first()
+        )
+        if proposal is None:
+            raise ProposalError("not_found", f"proposal {proposal_id} does not exist")
+        expired = proposal.is_expired_at(now) and _expire(proposal)
+        if not expired:
+            _check_can_decide(proposal, reviewer, current_policy())
+            _record_decision(proposal, reviewer, kind, comment, now, via)
+    if expired:
+        raise ProposalError("conflict", f"proposal {proposal.pk} expired before the decision")
+    return proposal
+
+
+def _record_decision(
+    proposal: Proposal, reviewer, kind: str, comment: str, now, via: str | None
+) -> None:
+    try:
+        with transaction.atomic():
+            Decision.objects.create(
+                proposal=proposal, reviewer=reviewer, kind=kind, comment=comment
+            )
+    except IntegrityError:
+        raise ProposalError(
+            "conflict", f"{reviewer.get_username()} has already decided proposal {proposal.pk}"
+        ) from None
+    actor = actor_label(reviewer)
+    where = {"via": via} if via else {}
+    record(actor, f"proposal.decision.{kind}", proposal, comment=comment, **where)
+    if kind == DecisionKind.REJECT:
+        _close(proposal, ProposalStatus.REJECTED, now, actor)
+    else:
+        _count_approval(proposal, now, actor)
+    _announce(proposal)
+
+
+def may_decide(user, proposal: Proposal) -> bool:
+    """Whether ``user`` could decide the proposal now (no link or button for those who can't)."""
+    if not proposal.is_pending or proposal.expires_at is None:
+        return False
+    return not _owner_barred(proposal, user, current_policy())
+
+
+def _owner_barred(proposal: Proposal, user, policy: Policy) -> bool:
+    """An agent's owner never decides its proposals, unless the policy allows self-approval."""
+    return not policy.self_approval and proposal.agent.owner_id == user.pk
+
+
+def _check_can_decide(proposal: Proposal, reviewer, policy: Policy) -> None:
+    if proposal.status != ProposalStatus.PENDING:
+        raise ProposalError("conflict", f"proposal {proposal.pk} is {proposal.status}, not pending")
+    if _owner_barred(proposal, reviewer, policy):
+        raise ProposalError(
+            "permission_denied",
+            f"{reviewer.get_username()} owns agent {proposal.agent.name} and cannot decide its proposals",
+        )
+
+
+def _transition(proposal: Proposal, to: ProposalStatus, **fields) -> bool:
+    updated = Proposal.objects.filter(pk=proposal.pk, status=ProposalStatus.PENDING).update(
+        status=to, **fields
+    )
+    if updated:
+        proposal.refresh_from_db()
+    return bool(updated)
+
+
+def _close(proposal: Proposal, to: ProposalStatus, now, actor: str) -> None:
+    if not _transition(proposal, to, decided_at=now):
+        raise ProposalError("conflict", f"proposal {proposal.pk} was decided by someone else")
+    record(actor, f"proposal.{to}", proposal)
+    notify("decided", proposal)
+
+
+def _count_approval(proposal: Proposal, now, actor: str) -> None:
+    approvals = proposal.decisions.filter(kind=DecisionKind.APPROVE).count()
+    Proposal.objects.filter(pk=proposal.pk).update(approvals_count=approvals)
+    proposal.approvals_count = approvals
+    if approvals < proposal.required_approvals:
+        notify("partly_approved", proposal)
+        return
+    if not _transition(
+        proposal, ProposalStatus.APPROVED, decided_at=now, approvals_count=approvals
+    ):
+        raise ProposalError("conflict", f"proposal {proposal.pk} was decided by someone else")
+    record(actor, "proposal.approved", proposal, approvals=approvals)
+    notify("decided", proposal)
+    _queue_execution(proposal, actor=actor)
+
+
+def _expire(proposal: Proposal) -> bool:
+    if not _transition(proposal, ProposalStatus.EXPIRED, decided_at=timezone.now()):
+        return False
+    record("system", "proposal.expired", proposal)
+    notify("decided", proposal)
+    _announce(proposal)
+    return True
+
+
+def expire_pending() -> int:
+    """Pending proposals past their review timeout become expired (a rejection)."""
+    expired = 0
+    now = timezone.now()
+    for proposal in Proposal.objects.pending().filter(expires_at__lte=now):
+        with transaction.atomic():
+            expired += _expire(proposal)
+    return expired
+
+
+def warn_expiring(now=None) -> int:
+    """Warn once about pending proposals within the last fifth of their review time.
+
+    The database picks them: the last fifth begins where the time left is a
+    quarter of the time waited (``4 × (expires − now) ≤ now − created``), so
+    a long queue costs the rows that are due, not a read of every one.
+    """
+    now = now or timezone.now()
+    at = Value(now, output_field=DateTimeField())
+    due = (
+        Proposal.objects.pending()
+        .filter(expiry_warned_at__isnull=True, expires_at__gt=now)
+        .alias(left=F("expires_at") - at, waited=at - F("created_at"))
+        .filter(waited__gte=F("left") * 4)
+    )
+    warned = 0
+    for proposal in due:
+        if Proposal.objects.filter(pk=proposal.pk, expiry_warned_at__isnull=True).update(
+            expiry_warned_at=now
+        ):
+            notify("expiry_warning", proposal)
+            warned += 1
+    return warned

@@ -1,0 +1,10 @@
+"""The reviewers' console: the pages, forms and live updates people decide with.
+
+Owns the console's pages (``views/``), their forms (``forms``), the live
+queue over a websocket (``consumers``), the overview's numbers
+(``overview``) and charts (``charts``). Views parse input, check access,
+call one service and render.
+
+May import everything of the app below it (notify, core, policy, models)
+and the apps below the app; never ``approvals.agents``.
+"""

@@ -1,0 +1,74 @@
+"""The admins' agents page: create agents, rotate and revoke their tokens, set capabilities."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from accounts.access import admin_required
+from approvals.core import tokens
+from approvals.models import Agent
+from approvals.review import forms
+from audit.services import actor_label
+
+
+@admin_required
+def agents(request: HttpRequest) -> HttpResponse:
+    form = forms.AgentCreateForm(request.POST or None)
+    new_token = ""
+    if request.method == "POST" and form.is_valid():
+        try:
+            agent, new_token = tokens.create_agent(
+                form.cleaned_data["name"],
+                form.cleaned_data["capabilities"],
+                owner=form.cleaned_data["owner"],
+                actor=actor_label(request.user),
+            )
+        except tokens.TokenError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Agent {agent.name} created.")
+            form = forms.AgentCreateForm()
+    context = {
+        "form": form,
+        "new_token": new_token,
+        "agents": Agent.objects.select_related("owner"),
+    }
+    status = 400 if form.errors else 200
+    return render(request, "approvals/agents.html", context, status=status)
+
+
+@require_POST
+@admin_required
+def agent_action(request: HttpRequest, pk: int, operation: str) -> HttpResponse:
+    agent = get_object_or_404(Agent, pk=pk)
+    actor = actor_label(request.user)
+    new_token = ""
+    if operation == "rotate":
+        new_token = tokens.rotate_agent_token(agent, actor)
+        messages.success(request, f"New token for {agent.name}; the old one no longer works.")
+    elif operation in ("revoke", "restore"):
+        tokens.set_agent_active(agent, operation == "restore", actor)
+        messages.success(request, f"Agent {agent.name} {operation}d.")
+    elif operation == "capabilities":
+        form = forms.CapabilitiesForm(request.POST)
+        try:
+            if not form.is_valid():
+                raise tokens.TokenError("capabilities: at least one action-name glob")
+            tokens.set_agent_capabilities(agent, form.cleaned_data["capabilities"], actor)
+        except tokens.TokenError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Capabilities of {agent.name} saved.")
+    if new_token:
+        context = {
+            "form": forms.AgentCreateForm(),
+            "new_token": new_token,
+            "token_agent": agent,
+            "agents": Agent.objects.select_related("owner"),
+        }
+        return render(request, "approvals/agents.html", context)
+    return redirect(reverse("console:agents") + f"#agent-{agent.pk}")

@@ -1,0 +1,219 @@
+"""The reviewers' pages for proposals: the queue, a proposal and its decision, history, the overview."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Prefetch
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.http import require_POST
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import BashLexer, JavascriptLexer, PythonLexer, TextLexer
+
+from accounts.access import reviewer_required
+from accounts.roles import is_admin
+from approvals.choices import DecisionKind
+from approvals.core import services
+from approvals.models import Agent, Decision, Proposal
+from approvals.review import charts, forms, overview
+
+QUEUE_LIMIT = 200
+HISTORY_PAGE_SIZE = 50
+STATUS_FOR_ERROR = {"permission_denied": 403, "not_found": 404, "conflict": 409}
+LEXERS = {"python": PythonLexer, "bash": BashLexer, "javascript": JavascriptLexer}
+CODE_PARAMETERS = ("code", "command")
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """The landing page: the overview for admins, the queue for reviewers."""
+    if is_admin(request.user):
+        return redirect("console:overview")
+    return queue(request)
+
+
+# --- queue ----------------------------------------------------------------------
+
+
+def queue_proposals(params) -> list[Proposal]:
+    """Pending proposals, riskiest then oldest first, narrowed by the queue's filters."""
+    form = forms.QueueFilterForm(params)
+    queryset = Proposal.objects.review_queue().select_related("agent")
+    return list(form.apply(queryset)[:QUEUE_LIMIT])
+
+
+def queue_context(params) -> dict:
+    """What the queue list partial needs; the websocket consumer renders it too."""
+    proposals = queue_proposals(params)
+    return {
+        "proposals": proposals,
+        "filters_active": _has_filters(params),
+        "truncated": len(proposals) == QUEUE_LIMIT,
+    }
+
+
+def _has_filters(params) -> bool:
+    return any(params.get(name) for name in forms.QueueFilterForm.base_fields)
+
+
+@reviewer_required
+def queue(request: HttpRequest) -> HttpResponse:
+    form = forms.QueueFilterForm(request.GET)
+    context = {
+        **queue_context(request.GET),
+        "form": form,
+        "agents": Agent.objects.values_list("name", flat=True),
+        "actions": forms.action_choices(),
+        "ws_url": "/ws/queue/?" + request.GET.urlencode(),
+    }
+    template = "approvals/queue.html"
+    if request.htmx and request.htmx.target == "queue":
+        template += "#queue"
+    return render(request, template, context)
+
+
+# --- proposal detail and decisions ----------------------------------------------
+
+
+def proposal_for_page(pk: int) -> Proposal:
+    decisions = Decision.objects.select_related("reviewer")
+    return get_object_or_404(
+        Proposal.objects.select_related("agent__owner", "execution").prefetch_related(
+            Prefetch("decisions", queryset=decisions)
+        ),
+        pk=pk,
+    )
+
+
+def highlighted(proposal: Proposal) -> list[tuple[str, SafeString]]:
+    """(parameter name, highlighted HTML) for the parameters that hold code or a command."""
+    language = str(proposal.parameters.get("language", ""))
+    blocks = []
+    for name in CODE_PARAMETERS:
+        value = proposal.parameters.get(name)
+        if not isinstance(value, str):
+            continue
+        lexer = LEXERS.get(language, BashLexer if name == "command" else TextLexer)()
+        html = highlight(value, lexer, HtmlFormatter(cssclass="code", linenos="table"))
+        blocks.append((name, mark_safe(html)))  # noqa: S308 - Pygments escapes the source
+    return blocks
+
+
+def other_parameters(proposal: Proposal) -> str:
+    rest = {k: v for k, v in proposal.parameters.items() if k not in CODE_PARAMETERS}
+    return json.dumps(rest, indent=2, sort_keys=True) if rest else ""
+
+
+def proposal_context(proposal: Proposal, user, error: str = "") -> dict:
+    """What the decision panel shows; the consumer uses it for live updates too."""
+    decided_by_user = any(d.reviewer_id == user.pk for d in proposal.decisions.all())
+    return {
+        "proposal": proposal,
+        "decisions": proposal.decisions.all(),
+        "decided_by_user": decided_by_user,
+        "error": error,
+        "form": forms.DecisionForm(),
+    }
+
+
+@reviewer_required
+def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    proposal = proposal_for_page(pk)
+    context = {
+        **proposal_context(proposal, request.user),
+        "code_blocks": highlighted(proposal),
+        "parameters_json": other_parameters(proposal),
+        "pygments_css": HtmlFormatter(cssclass="code").get_style_defs(".code"),
+    }
+    return render(request, "approvals/detail.html", context)
+
+
+@require_POST
+@reviewer_required
+def decide(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
+    form = forms.DecisionForm(request.POST)
+    comment = form.cleaned_data["comment"] if form.is_valid() else ""
+    error, status = "", 200
+    if not form.is_valid():
+        error, status = "the comment is too long", 400
+    else:
+        try:
+            services.decide(pk, request.user, kind, comment)
+        except services.ProposalError as exc:
+            error, status = exc.message, STATUS_FOR_ERROR.get(exc.kind, 400)
+    if not error and not request.htmx:
+        verb = "approved" if kind == DecisionKind.APPROVE else "rejected"
+        messages.success(request, f"You {verb} proposal {pk}.")
+        return redirect(_next_url(request) or reverse("console:proposal", args=[pk]))
+    if status == 404:
+        return render(request, "console/404.html", status=404)
+    proposal = proposal_for_page(pk)
+    context = proposal_context(proposal, request.user, error)
+    if request.htmx:
+        return render(request, "approvals/detail.html#proposal-panel", context, status=status)
+    context.update(
+        code_blocks=highlighted(proposal),
+        parameters_json=other_parameters(proposal),
+        pygments_css=HtmlFormatter(cssclass="code").get_style_defs(".code"),
+    )
+    return render(request, "approvals/detail.html", context, status=status)
+
+
+def _next_url(request: HttpRequest) -> str | None:
+    """Where the keyboard's confirm dialog asked to return (the queue), if it is ours."""
+    target = request.POST.get("next", "")
+    safe = url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return target if target and safe else None
+
+
+# --- history ------------------------------------------------------------------
+
+
+def history_page(params):
+    """One page of every proposal with its execution: a constant number of queries."""
+    form = forms.HistoryFilterForm(params)
+    queryset = form.apply(
+        Proposal.objects.select_related("agent", "execution").order_by("-created_at", "-pk")
+    )
+    return form, Paginator(queryset, HISTORY_PAGE_SIZE).get_page(params.get("page"))
+
+
+@reviewer_required
+def history(request: HttpRequest) -> HttpResponse:
+    form, page = history_page(request.GET)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "agents": Agent.objects.values_list("name", flat=True),
+        "actions": forms.action_choices(),
+    }
+    template = "approvals/history.html"
+    if request.htmx and request.htmx.target == "history-results":
+        template += "#history-results"
+    return render(request, template, context)
+
+
+# --- overview -----------------------------------------------------------------------
+
+
+@reviewer_required
+def overview_page(request: HttpRequest) -> HttpResponse:
+    """Proposals per day by outcome, time to decision, who decides, risk, top agents and actions."""
+    form = forms.OverviewForm(request.GET if "days" in request.GET else None)
+    view = overview.overview(form.window())
+    context = {"form": form, "view": view, "charts": charts.all_charts(view)}
+    template = "approvals/overview.html"
+    if request.htmx and request.htmx.target == "overview":
+        template += "#overview"
+    return render(request, template, context)
