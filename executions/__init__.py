@@ -1,0 +1,15 @@
+"""Executions: carrying out what was approved, in a sandbox, with its output streamed live.
+
+Owns the execution and its states (``models``, ``choices``), the workflows
+that move them (``services``: create, dispatch, claim, run, finish, cancel,
+sweep), the action catalog (``actions/``: scripts, sandbox sessions, Docker,
+host), the sandbox backends behind one interface (``sandboxes/``: local,
+docker, gvisor), persistent sessions on a worker (``sessions``), the output
+recorder (``output``), the one function that pushes to subscribers
+(``broadcast``), the Celery tasks, the REST endpoints, the execution page and
+the output websocket.
+
+Never imports ``approvals``: what approvals needs to hear (a run ended) it
+sends as a signal (``signals``). May import ``accounts``, ``audit`` and
+``infrastructure``; ``sandboxes/`` imports nothing of Airlock's but itself.
+"""

@@ -54,7 +54,7 @@ class Isolation:
 def sandbox_isolation(monkeypatch) -> Isolation:
     """Decisions do not depend on the host the suite runs on (the serve tests use the real one)."""
     isolation = Isolation()
-    monkeypatch.setattr("approvals.core.services.weak_isolation", lambda: isolation.weak_reason)
+    monkeypatch.setattr("executions.sandboxes.status.weak_isolation", lambda: isolation.weak_reason)
     return isolation
 
 

@@ -23,7 +23,7 @@ from audit.services import actor_label, record
 from executions import services as executions
 from executions.actions import get_action
 from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
-from executions.sandboxes.status import sandbox_status, weak_isolation
+from executions.sandboxes import status
 from infrastructure.prepared import PreparedInsert
 from infrastructure.rest.serializers import Serializer
 
@@ -88,7 +88,7 @@ def submit(agent: Agent, payload: object) -> Submission:
 
 
 def _refuse_network_the_sandbox_lacks() -> None:
-    if sandbox_status()["backend"] == "local":
+    if status.sandbox_status()["backend"] == "local":
         raise ProposalError(
             "sandbox_unsupported",
             "the sandbox in force (local) gives scripts no network: a run would share the "
@@ -123,7 +123,7 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
         capability=agent.capability_for(spec.name),
         risk_score=assessment.score,
         wants_network=wants_network,
-        weak_sandbox=weak_isolation() if spec.sandboxed else None,
+        weak_sandbox=status.weak_isolation() if spec.sandboxed else None,
         prevalidate=lambda: prevalidate(
             spec.name, parameters, assessment, read_only=spec.read_only
         ),

@@ -7,6 +7,7 @@ from approvals.models import PendingNotification
 from approvals.notify import deliveries, outbox
 from approvals.notify.email import send_mail
 from approvals.notify.models import Delivery, WebhookDelivery
+from approvals.notify.slack import REPLY_TASK
 from approvals.notify.slack import notifier as slack
 from approvals.notify.webhooks import post
 
@@ -55,7 +56,7 @@ def retry_deliveries() -> int:
     return deliveries.retry_due(Delivery, send_delivery)
 
 
-@shared_task(name="approvals.tasks.slack_reply", ignore_result=True)
+@shared_task(name=REPLY_TASK, ignore_result=True)
 def slack_reply(response_url: str, text: str) -> None:
     """An ephemeral answer to a Slack interaction, off the request that must answer in 3 s."""
     slack.reply(response_url, text)

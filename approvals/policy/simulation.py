@@ -17,7 +17,6 @@ from django.db.models import F
 from django.db.models.fields.json import KT
 
 from approvals.choices import ProposalStatus
-from approvals.core import services
 from approvals.models import Proposal
 from approvals.policy.rules import (
     APPROVED_STEPS,
@@ -28,6 +27,7 @@ from approvals.policy.rules import (
     replay,
 )
 from executions.actions import catalog, get_action
+from executions.sandboxes import status
 
 DEFAULT_LAST = 1000
 MAX_LAST = 10_000  # the console and the API; the command takes any number
@@ -215,7 +215,7 @@ def simulate(draft: dict, last: int = DEFAULT_LAST) -> Preview:
     """
     policy, in_force = Policy.from_data(0, draft), current_policy()
     rows = recent_rows(last)
-    weak_now = services.weak_isolation()  # the sandbox in force, as decisions see it
+    weak_now = status.weak_isolation()  # the sandbox in force, as decisions see it
     moves: dict[tuple[Route, Route], Move] = {}
     before: Counter = Counter()
     after: Counter = Counter()

@@ -1,40 +1,38 @@
-"""The action catalog (MISSION §2): name -> ActionSpec."""
+"""The action catalog (MISSION §2): name -> ActionSpec.
+
+Each module of the package describes a family of actions (``scripts``,
+``sandbox``, ``docker``, ``host``) as ``ACTIONS``, a list of ``ActionSpec``
+(``base``); the catalog is their union, in this order. A new family is a
+module of its own with its ``ACTIONS``, added to ``FAMILIES`` below.
+"""
 
 from __future__ import annotations
 
+from . import docker, host, sandbox, scripts
 from .base import ActionContext, ActionSpec
 
-CATALOG: dict[str, ActionSpec] = {}
-
-# Modules that register actions; each calls ``register`` at import.
-_MODULES = ("scripts", "sandbox", "docker", "host")
-_loaded = False
+FAMILIES = (scripts, sandbox, docker, host)
 
 
-def register(spec: ActionSpec) -> ActionSpec:
-    if spec.name in CATALOG:
-        raise ValueError(f"action {spec.name!r} registered twice")
-    CATALOG[spec.name] = spec
-    return spec
+def _catalog() -> dict[str, ActionSpec]:
+    found: dict[str, ActionSpec] = {}
+    for family in FAMILIES:
+        for spec in family.ACTIONS:
+            if spec.name in found:
+                raise ValueError(f"action {spec.name!r} is described twice")
+            found[spec.name] = spec
+    return found
+
+
+CATALOG: dict[str, ActionSpec] = _catalog()
 
 
 def catalog() -> dict[str, ActionSpec]:
-    global _loaded
-    if not _loaded:
-        import importlib
-
-        for module in _MODULES:
-            try:
-                importlib.import_module(f"{__name__}.{module}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{module}":
-                    raise
-        _loaded = True
     return CATALOG
 
 
 def get_action(name: str) -> ActionSpec | None:
-    return catalog().get(name)
+    return CATALOG.get(name)
 
 
-__all__ = ["ActionContext", "ActionSpec", "CATALOG", "catalog", "get_action", "register"]
+__all__ = ["ActionContext", "ActionSpec", "CATALOG", "catalog", "get_action"]

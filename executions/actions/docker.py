@@ -25,8 +25,9 @@ from executions.sandboxes.base import RunOutcome
 from executions.sandboxes.reaper import LABEL as SANDBOX_LABEL
 from infrastructure.rest.serializers import Serializer
 
-from . import register
 from .base import ActionContext, ActionSpec, failed
+
+ACTIONS: list[ActionSpec] = []  # this module's part of the catalog, in order
 
 BACKEND = "docker-engine"
 
@@ -231,7 +232,7 @@ def run_prune_networks(params: dict, ctx: ActionContext) -> RunOutcome:
 
 _CONTAINER = {"container": "container"}
 
-register(
+ACTIONS.append(
     ActionSpec(
         name="docker.restart_container",
         description="Restart a Docker container.",
@@ -241,7 +242,7 @@ register(
         targets=_CONTAINER,
     )
 )
-register(
+ACTIONS.append(
     ActionSpec(
         name="docker.stop_container",
         description="Stop a Docker container.",
@@ -251,7 +252,7 @@ register(
         targets=_CONTAINER,
     )
 )
-register(
+ACTIONS.append(
     ActionSpec(
         name="docker.start_container",
         description="Start a stopped Docker container.",
@@ -261,7 +262,7 @@ register(
         targets=_CONTAINER,
     )
 )
-register(
+ACTIONS.append(
     ActionSpec(
         name="docker.inspect_container",
         description="Show a Docker container's configuration and state (JSON).",
@@ -272,7 +273,7 @@ register(
         targets=_CONTAINER,
     )
 )
-register(
+ACTIONS.append(
     ActionSpec(
         name="docker.container_logs",
         description="Show a Docker container's logs, optionally only the last lines.",
@@ -283,7 +284,7 @@ register(
         targets=_CONTAINER,
     )
 )
-register(
+ACTIONS.append(
     ActionSpec(
         name="docker.prune_networks",
         description="Delete every Docker network no container uses.",

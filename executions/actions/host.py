@@ -29,8 +29,9 @@ from rest_framework import serializers
 from executions.sandboxes.base import RunOutcome
 from infrastructure.rest.serializers import Serializer
 
-from . import register
 from .base import ActionContext, ActionSpec, Runner, failed
+
+ACTIONS: list[ActionSpec] = []  # this module's part of the catalog, in order
 
 BACKEND = "host"
 
@@ -473,7 +474,7 @@ for _verb, _description, _risk in (
     ("start", "Start a systemd service on a host.", 3),
     ("status", "Show a systemd service's status on a host.", 1),
 ):
-    register(
+    ACTIONS.append(
         ActionSpec(
             name=f"host.{_verb}_service" if _verb != "status" else "host.service_status",
             description=_description,
@@ -486,7 +487,7 @@ for _verb, _description, _risk in (
         )
     )
 
-register(
+ACTIONS.append(
     ActionSpec(
         name="host.kill_process",
         description="Send a signal to a process on a host, by pid or by exact name.",
@@ -497,7 +498,7 @@ register(
         targets={"process": "target", "host": "host"},
     )
 )
-register(
+ACTIONS.append(
     ActionSpec(
         name="host.exec",
         description="Run a command on a host as an argument list, without a shell.",

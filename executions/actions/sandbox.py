@@ -9,9 +9,10 @@ from executions.models import SandboxSession
 from executions.sandboxes.base import RunOutcome
 from infrastructure.rest.serializers import Serializer
 
-from . import register
 from .base import ActionContext, ActionSpec, failed
 from .scripts import MAX_CODE_CHARS, validate_code
+
+ACTIONS: list[ActionSpec] = []  # this module's part of the catalog, in order
 
 
 class SessionExecuteParameters(Serializer):
@@ -68,7 +69,7 @@ def run_in_session(parameters: dict, context: ActionContext) -> RunOutcome:
         return failed("session", str(exc), context.sink)
 
 
-register(
+ACTIONS.append(
     ActionSpec(
         name="sandbox.execute",
         sandboxed=True,

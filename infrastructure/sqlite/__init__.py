@@ -1,0 +1,1 @@
+"""The embedded deployment's SQLite backend (``ENGINE = "infrastructure.sqlite"``): see ``base``."""

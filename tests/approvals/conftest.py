@@ -1,14 +1,16 @@
-"""Fixtures of the approvals suites: tasks run in-line, Slack and SMTP stand-ins."""
+"""Fixtures of the approvals suites: tasks run in-line, Slack and SMTP stand-ins, a routed proposal."""
 
 from __future__ import annotations
 
 import pytest
 
 from console.celery import app as celery_app
+from tests.approvals.slack_support import ROUTES, SLACK_SECRET
+from tests.approvals.test_cascade import MEDIUM, propose
+from tests.conftest import use_policy
 from tests.standins import SlackStandIn, smtp_server
 
 SLACK_TOKEN = "xoxb-airlock-test"
-SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 
 
 @pytest.fixture
@@ -50,3 +52,15 @@ def smtp(settings):
         settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
         settings.SITE_URL = "http://airlock.test"
         yield inbox
+
+
+@pytest.fixture
+def routed(slack):
+    use_policy(slack_routes=ROUTES)
+    return slack
+
+
+@pytest.fixture
+def pending(agent_api, routed, eager_tasks) -> dict:
+    with eager_tasks(execute=True):
+        return propose(agent_api, MEDIUM)

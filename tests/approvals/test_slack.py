@@ -9,7 +9,6 @@ proposal: decisions made anywhere, expiry, the end of the run.
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -26,99 +25,18 @@ from audit.models import AuditEvent
 from console.celery import app as celery_app
 from tests.approvals.test_cascade import HIGH, MEDIUM, propose
 from tests.conftest import client_for, use_policy
-from tests.standins import action_ids, blocks_text, interaction_body, slack_signed
+from tests.standins import action_ids, blocks_text
 
-from .conftest import SLACK_SECRET
-
-INTERACTIVITY = "/slack/interactivity/"
-COMMANDS = "/slack/commands/"
-ROUTES = [
-    {"channel": "#sec-approvals", "bands": ["high"], "agent": "*", "action": "*"},
-    {"channel": "#approvals", "bands": [], "agent": "*", "action": "script.*"},
-]
-
-
-def link(user, slack_user: str, team: str = "T1") -> None:
-    ReviewerPreferences.objects.update_or_create(
-        user=user,
-        defaults={
-            "slack_team_id": team,
-            "slack_user_id": slack_user,
-            "slack_linked_at": timezone.now(),
-        },
-    )
-
-
-def click(slack, action_id: str, proposal_id: int, user: str = "U100", team: str = "T1") -> dict:
-    """A block_actions payload as Slack sends it when a button of our message is clicked."""
-    return {
-        "type": "block_actions",
-        "team": {"id": team, "domain": "example"},
-        "user": {"id": user, "username": "someone", "team_id": team},
-        "api_app_id": "A0001",
-        "trigger_id": "1234.5678.abcdef",
-        "response_url": slack.response_url,
-        "container": {
-            "type": "message",
-            "channel_id": "C00000002",
-            "message_ts": "1700000000.000100",
-        },
-        "actions": [
-            {
-                "type": "button",
-                "block_id": "airlock_review",
-                "action_id": action_id,
-                "value": str(proposal_id),
-                "action_ts": "1700000001.000200",
-            }
-        ],
-    }
-
-
-def submission(proposal_id: int, comment: str, user: str = "U100", team: str = "T1") -> dict:
-    """A view_submission payload: the reject modal sent with its comment."""
-    return {
-        "type": "view_submission",
-        "team": {"id": team},
-        "user": {"id": user, "team_id": team},
-        "view": {
-            "id": "V0001",
-            "callback_id": "airlock_reject",
-            "private_metadata": json.dumps({"proposal": proposal_id}),
-            "state": {
-                "values": {"comment": {"comment": {"type": "plain_text_input", "value": comment}}}
-            },
-        },
-    }
-
-
-def send(payload: dict, secret: str = SLACK_SECRET, timestamp: int | None = None):
-    return slack_signed(Client(), INTERACTIVITY, interaction_body(payload), secret, timestamp)
-
-
-def posted(slack) -> list[dict]:
-    return slack.called("chat.postMessage")
-
-
-def current(slack, proposal_id: int) -> list[dict]:
-    """What each message about the proposal shows now, in Slack."""
-    return [
-        slack.messages[(message.channel, message.ts)]
-        for message in SlackMessage.objects.filter(proposal_id=proposal_id).order_by("pk")
-    ]
-
-
-@pytest.fixture
-def routed(slack):
-    use_policy(slack_routes=ROUTES)
-    return slack
-
-
-@pytest.fixture
-def pending(agent_api, routed, eager_tasks) -> dict:
-    with eager_tasks(execute=True):
-        return propose(agent_api, MEDIUM)
-
+from .slack_support import (
+    ROUTES,
+    click,
+    command,
+    current,
+    link,
+    posted,
+    send,
+    submission,
+)
 
 # --- posting ---------------------------------------------------------------------------
 
@@ -307,134 +225,6 @@ def test_a_linked_user_without_review_rights_is_refused(pending, routed, outside
     assert "only reviewers can approve" in routed.called("response_url")[0]["text"]
 
 
-# --- signatures ----------------------------------------------------------------------
-
-
-def _wrong_secret(payload):
-    return send(payload, secret="not-the-secret")
-
-
-def _stale(payload):
-    return send(payload, timestamp=int(time.time()) - 6 * 60)
-
-
-def _from_the_future(payload):
-    return send(payload, timestamp=int(time.time()) + 6 * 60)
-
-
-def _unsigned(payload):
-    return Client().post(
-        INTERACTIVITY, interaction_body(payload), content_type="application/x-www-form-urlencoded"
-    )
-
-
-def _tampered(payload):
-    stamp = str(int(time.time()))
-    from tests.standins import slack_signature
-
-    signature = slack_signature(SLACK_SECRET, stamp, interaction_body({**payload, "x": 1}))
-    return Client().post(
-        INTERACTIVITY,
-        interaction_body(payload),
-        content_type="application/x-www-form-urlencoded",
-        HTTP_X_SLACK_REQUEST_TIMESTAMP=stamp,
-        HTTP_X_SLACK_SIGNATURE=signature,
-    )
-
-
-def _not_a_number(payload):
-    return Client().post(
-        INTERACTIVITY,
-        interaction_body(payload),
-        content_type="application/x-www-form-urlencoded",
-        HTTP_X_SLACK_REQUEST_TIMESTAMP="soon",
-        HTTP_X_SLACK_SIGNATURE="v0=00",
-    )
-
-
-REFUSALS = [_wrong_secret, _stale, _from_the_future, _unsigned, _tampered, _not_a_number]
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("request_", REFUSALS, ids=[f.__name__.strip("_") for f in REFUSALS])
-def test_a_request_slack_did_not_sign_just_now_gets_401_and_nothing_is_decided(
-    pending, routed, reviewer, eager_tasks, request_
-):
-    link(reviewer, "U100")
-    calls = len(routed.calls)
-    with eager_tasks(execute=True):
-        response = request_(click(routed, "airlock_approve", pending["id"]))
-    assert response.status_code == 401
-    assert response.json()["error"]["type"] == "invalid_signature"
-    assert not Decision.objects.exists()
-    assert Proposal.objects.get(pk=pending["id"]).status == "pending"
-    assert len(routed.calls) == calls  # no update, no answer, no modal
-
-
-@pytest.mark.django_db
-def test_the_stale_refusal_says_why(pending, routed):
-    response = _stale(click(routed, "airlock_approve", pending["id"]))
-    assert "more than 5 minutes old" in response.json()["error"]["message"]
-
-
-@pytest.mark.django_db
-def test_a_slash_command_is_checked_the_same_way(slack):
-    body = "command=%2Fairlock&text=link+ABCD-EFGH&user_id=U100&team_id=T1"
-    assert slack_signed(Client(), COMMANDS, body, "wrong").status_code == 401
-    stale = slack_signed(Client(), COMMANDS, body, SLACK_SECRET, int(time.time()) - 301)
-    assert stale.status_code == 401
-
-
-@pytest.mark.django_db
-def test_without_a_signing_secret_the_endpoints_are_unavailable(settings):
-    settings.SLACK_SIGNING_SECRET = ""
-    response = slack_signed(Client(), INTERACTIVITY, "payload=%7B%7D", "")
-    assert response.status_code == 503
-    assert response.json()["error"]["type"] == "not_configured"
-
-
-@pytest.mark.django_db
-def test_the_endpoints_take_only_post(slack):
-    assert Client().get(INTERACTIVITY).status_code == 405
-    assert Client().get(COMMANDS).status_code == 405
-
-
-BAD_PAYLOADS = [
-    "payload=not-json",
-    "payload=%5B1%2C2%5D",
-    "nothing=here",
-    interaction_body({"type": "block_actions", "user": {"id": "U100"}}),
-    interaction_body(
-        {
-            "type": "block_actions",
-            "user": {"id": "U100"},
-            "actions": [{"action_id": "airlock_approve", "value": "seven"}],
-        }
-    ),
-    interaction_body(
-        {"type": "block_actions", "actions": [{"action_id": "airlock_approve", "value": "7"}]}
-    ),
-    interaction_body({"type": "view_submission", "view": {"callback_id": "airlock_reject"}}),
-    interaction_body(
-        {
-            "type": "view_submission",
-            "user": {"id": "U100"},
-            "view": {"callback_id": "airlock_reject", "private_metadata": "{not json"},
-        }
-    ),
-]
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("body", BAD_PAYLOADS)
-def test_a_signed_but_malformed_payload_gets_400(slack, reviewer, body):
-    link(reviewer, "U100")
-    response = slack_signed(Client(), INTERACTIVITY, body, SLACK_SECRET)
-    assert response.status_code == 400
-    assert response.json()["error"]["type"] == "parse_error"
-    assert not Decision.objects.exists()
-
-
 # --- linking ------------------------------------------------------------------------
 
 
@@ -461,15 +251,6 @@ def test_a_link_is_for_one_workspace(pending, routed, reviewer, eager_tasks):
         send(click(routed, "airlock_approve", pending["id"], team="T2"))
     assert not Decision.objects.exists()
     assert "not linked" in routed.called("response_url")[0]["text"]
-
-
-def command(text: str, user: str = "U100", team: str = "T1"):
-    from urllib.parse import urlencode
-
-    body = urlencode(
-        {"command": "/airlock", "text": text, "user_id": user, "team_id": team, "team_domain": "x"}
-    )
-    return slack_signed(Client(), COMMANDS, body, SLACK_SECRET)
 
 
 def code_from_profile(client) -> str:

@@ -28,6 +28,7 @@ from executions.sandboxes.base import Sandbox
 from tests.executions.attacks import (
     LISTING,
     MB,
+    PTRACE,
     assert_next_run_is_clean,
     assert_no_connection,
     assert_no_host_process_with,
@@ -552,33 +553,6 @@ def test_the_code_has_no_effective_capabilities(sandbox):
     assert int(caps["CapEff"], 16) == 0, sink.stdout
     assert int(caps["CapPrm"], 16) == 0, sink.stdout
     assert_next_run_is_clean(sandbox)
-
-
-PTRACE = (
-    LISTING
-    + """
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-mine = {{str(os.getpid())}}
-targets = {{"1"}}
-for pid in listing("/proc"):
-    if pid.isdigit() and pid not in mine:
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                if b"{marker}" in f.read():
-                    targets.add(pid)
-        except OSError:
-            pass
-targets.add("{worker_pid}")
-print("targets", sorted(targets))
-for pid in sorted(targets):
-    if libc.ptrace(16, int(pid), 0, 0) == 0:  # PTRACE_ATTACH
-        print("ATTACHED", pid)
-        libc.ptrace(17, int(pid), 0, 0)  # PTRACE_DETACH
-    else:
-        print("denied", pid, os.strerror(ctypes.get_errno()))
-"""
-)
 
 
 def test_ptrace_of_a_sibling_run_fails(sandbox):

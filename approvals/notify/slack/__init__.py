@@ -15,6 +15,9 @@ from __future__ import annotations
 from django.conf import settings
 from slack_sdk import WebClient
 
+# The task that answers an interaction later (notify/tasks.py, which imports this package).
+REPLY_TASK = "approvals.tasks.slack_reply"
+
 
 def configured() -> bool:
     return bool(settings.SLACK_BOT_TOKEN)

@@ -22,9 +22,9 @@ from slack_sdk.signature import SignatureVerifier
 
 from approvals.choices import DecisionKind
 from approvals.core import services
-from approvals.notify.slack import client, linking
+from approvals.notify.slack import REPLY_TASK, client, linking
 from approvals.notify.slack.messages import APPROVE, REJECT, reject_modal
-from approvals.notify.tasks import slack_reply
+from infrastructure.enqueue import enqueue
 from infrastructure.rest.errors import json_error
 
 log = logging.getLogger(__name__)
@@ -187,6 +187,6 @@ def _answer_later(response_url: str, text: str) -> None:
     if not response_url:
         return
     try:
-        slack_reply.delay(response_url, text)
+        enqueue(REPLY_TASK, response_url, text)
     except Exception:
         log.exception("could not enqueue a Slack answer")
