@@ -9,6 +9,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -84,8 +85,6 @@ LEGACY_DEVELOPMENT_KEY = "airlock-development-key-change-me"
 # Off unless asked for: the embedded deployment is what people run, and a debug
 # page shows a stranger the code and settings (it also records every query).
 DEBUG = env_bool("DEBUG", False)
-ALLOWED_HOSTS = [h.strip() for h in env("ALLOWED_HOSTS", "*").split(",") if h.strip()]
-CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
 DATA_DIR = Path(env("AIRLOCK_DATA_DIR", str(BASE_DIR / "var")))
 # Without SECRET_KEY an embedded install keeps a key of its own in the data
 # dir; the scale deployment (DATABASE_URL) has several hosts that must share one.
@@ -100,6 +99,86 @@ SITE_URL = env("SITE_URL", "http://localhost:8000").rstrip("/")
 WORKER_HOSTNAME = env("WORKER_HOSTNAME", socket.gethostname())
 # When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`.
 METRICS_TOKEN = env("METRICS_TOKEN")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def site_origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``SITE_URL``, refused at start-up when it is not an http(s) URL."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise ImproperlyConfigured(
+            f"SITE_URL={url!r} must be the console's address, like https://airlock.example.com"
+        )
+    return parts.scheme, parts.hostname, port
+
+
+# Serving: the hosts, origins and cookies follow from SITE_URL, the address
+# people and links use, unless set one by one.
+SITE_SCHEME, SITE_HOST, SITE_PORT = site_origin(SITE_URL)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+SITE_IS_LOOPBACK = SITE_HOST in LOOPBACK_HOSTS
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS",
+    ["localhost", "127.0.0.1", "[::1]"] if SITE_IS_LOOPBACK else [SITE_HOST],
+)
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# A browser's websocket names the page's origin: one of these, or (a console
+# on this machine) any loopback address. A client that sends no Origin is not
+# a browser and carries its own credentials. See console/ws_auth.py.
+WEBSOCKET_ALLOWED_ORIGINS = (
+    env_list("WEBSOCKET_ALLOWED_ORIGINS", [f"{SITE_SCHEME}://{urlsplit(SITE_URL).netloc}"])
+    + CSRF_TRUSTED_ORIGINS
+)
+WEBSOCKET_LOOPBACK_ORIGINS = SITE_IS_LOOPBACK
+# Behind a proxy that terminates TLS: the header it sets, e.g. "X-Forwarded-Proto: https".
+if env("SECURE_PROXY_SSL_HEADER"):
+    _header, _, _value = env("SECURE_PROXY_SSL_HEADER").partition(":")
+    if not _value.strip():
+        raise ImproperlyConfigured(
+            "SECURE_PROXY_SSL_HEADER must be 'Header-Name: value', e.g. 'X-Forwarded-Proto: https'"
+        )
+    SECURE_PROXY_SSL_HEADER = (
+        "HTTP_" + _header.strip().upper().replace("-", "_"),
+        _value.strip(),
+    )
+SECURE_TLS = SITE_SCHEME == "https"
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", SECURE_TLS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", SECURE_TLS)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", SECURE_TLS)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if SECURE_TLS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE_TLS)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", SECURE_TLS)
+SECURE_REDIRECT_EXEMPT = [r"^livez$"]  # a load balancer's probe on the plain port
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+# The console's pages run only the scripts and styles it serves itself: no
+# inline script or style, no eval (htmx's own style and eval are off).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
 
 INSTALLED_APPS = [
     "daphne",
@@ -131,6 +210,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -321,6 +401,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # One name per set of states, whichever serializer shows it.
+    "ENUM_NAME_OVERRIDES": {
+        "ProposalStatusEnum": "approvals.choices.ProposalStatus",
+        "ExecutionStatusEnum": "executions.choices.ExecutionStatus",
+        "SandboxStatusEnum": "executions.models.SandboxSession.Status",
+    },
 }
 
 # Execution.

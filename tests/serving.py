@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,7 @@ class Server:
     token: str  # the demo agent's bearer token
     process: subprocess.Popen
     log: Path
+    tls: ssl.SSLContext | None = None  # trusts the server's certificate when it serves HTTPS
 
     def api(self, method: str, path: str, body: dict | None = None, token: str | None = None):
         """(status, JSON body) of an API call made as the demo agent (or ``token``)."""
@@ -53,7 +55,7 @@ class Server:
         request.add_header("Content-Type", "application/json")
         request.add_header("Authorization", f"Bearer {token or self.token}")
         try:
-            with urllib.request.urlopen(request, timeout=70) as response:
+            with urllib.request.urlopen(request, timeout=70, context=self.tls) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read())
@@ -115,12 +117,14 @@ def start_server(
     extra_env: dict[str, str] | None = None,
     python: str = sys.executable,
     serve_args: list[str] = (),
+    tls: tuple[Path, Path] | None = None,
 ) -> Server:
     """Start ``serve --demo`` with a fresh data dir and a sandbox backend; wait until it answers.
 
     ``wrapper`` is an argv prefix (e.g. ``scripts/unprivileged --``); ``checkout``
     the copy of Airlock to serve from; ``data_dir`` None keeps its default
     (``var/`` in that checkout). The log goes to ``serve.log`` beside the data.
+    ``tls``: (certificate, key) to serve HTTPS with.
     """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV + ("AIRLOCK_DATA_DIR",)}
@@ -132,6 +136,10 @@ def start_server(
     else:
         log_path = Path(tempfile.mkdtemp(prefix="airlock-serve-log-")) / "serve.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
+    context = None
+    if tls is not None:
+        serve_args = [*serve_args, "--certfile", str(tls[0]), "--keyfile", str(tls[1])]
+        context = ssl.create_default_context(cafile=str(tls[0]))
     process = subprocess.Popen(
         [*wrapper, python, str(checkout / "manage.py"), "serve", "--port", str(port), "--demo"]
         + list(serve_args),
@@ -140,13 +148,13 @@ def start_server(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    base = f"http://127.0.0.1:{port}"
+    base = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"serve exited early:\n{log_path.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(base + "/healthz", timeout=2):
+            with urllib.request.urlopen(base + "/healthz", timeout=2, context=context):
                 break
         except urllib.error.HTTPError:
             break  # it answers (503 = a check is unhappy, still serving)
@@ -159,7 +167,7 @@ def start_server(
     if not match:
         process.terminate()
         raise RuntimeError(f"no demo token printed:\n{log_path.read_text()[-3000:]}")
-    return Server(base=base, token=match.group(1), process=process, log=log_path)
+    return Server(base=base, token=match.group(1), process=process, log=log_path, tls=context)
 
 
 def reviewer_token(data_dir) -> str:

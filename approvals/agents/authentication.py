@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from approvals.models import Agent, UserToken, hash_token
@@ -98,3 +99,17 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="airlock"'
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """The published schema's name for these tokens (found by drf-spectacular on import)."""
+
+    target_class = BearerTokenAuthentication
+    name = "bearerToken"
+
+    def get_security_definition(self, auto_schema) -> dict:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An agent's token (alk_…) or a reviewer's personal token.",
+        }

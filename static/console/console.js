@@ -59,6 +59,12 @@
     if (row && !event.target.closest("a")) { window.location = row.getAttribute("data-href"); }
   });
 
+  // ---- forms that ask first (data-confirm; no inline handlers: see the CSP) ----
+  document.addEventListener("submit", function (event) {
+    var form = event.target.closest && event.target.closest("form[data-confirm]");
+    if (form && !window.confirm(form.getAttribute("data-confirm"))) event.preventDefault();
+  });
+
   // ---- confirm dialog ----------------------------------------------------
   function confirmDecision(kind, url, what, comment) {
     var dialog = document.getElementById("confirm-decision");

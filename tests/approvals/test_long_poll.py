@@ -251,7 +251,7 @@ def test_waiters_keep_waking_after_the_request_that_started_the_watcher_ended(
 
     agent, token = agent_and_token
     first, second = (services.submit(agent, RISKY).proposal.pk for _ in range(2))
-    headers = [(b"authorization", f"Bearer {token}".encode())]
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())]
 
     async def main():
         waiting.watcher().interval = 3600
@@ -292,7 +292,7 @@ def test_waiting_calls_hold_no_request_thread(agent_and_token, reviewer):
     agent, token = agent_and_token
     app = OneHopASGIHandler(threads=2)
     pending = [services.submit(agent, RISKY).proposal.pk for _ in range(5)]
-    headers = [(b"authorization", f"Bearer {token}".encode())]
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())]
 
     def get(path: str) -> HttpCommunicator:
         return HttpCommunicator(app, "GET", path, headers=headers)
@@ -380,7 +380,7 @@ def test_a_late_message_of_an_old_state_does_not_end_a_wait(agent_and_token):
     }
 
     async def main():
-        headers = [(b"authorization", f"Bearer {token}".encode())]
+        headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())]
         call = HttpCommunicator(app, "GET", f"/api/v1/proposals/{pk}?wait=2", headers=headers)
         started = time.monotonic()
         answer = asyncio.create_task(call.get_response(timeout=20))

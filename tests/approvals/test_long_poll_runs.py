@@ -75,7 +75,7 @@ def asgi_call(app, token: str, method: str, path: str, body: dict | None = None)
     """A call to ``app`` as the agent of ``token``, under way: the task answers its response."""
     from channels.testing import HttpCommunicator
 
-    headers = [(b"authorization", f"Bearer {token}".encode())]
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())]
     content = b""
     if body is not None:
         content = json.dumps(body).encode()
@@ -85,6 +85,13 @@ def asgi_call(app, token: str, method: str, path: str, body: dict | None = None)
         ]
     call = HttpCommunicator(app, method, path, body=content, headers=headers)
     return asyncio.create_task(call.get_response(timeout=30))
+
+
+async def until(condition, timeout: float = 20) -> None:
+    """Wait for ``condition()``; a call that never reached its view fails instead of hanging."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
 
 
 def answered(response: dict, status: int, agent_api) -> dict:
@@ -111,8 +118,7 @@ def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_a
 
     async def main():
         answer = asgi_call(app, token, "GET", f"/api/v1/proposals/{proposal.pk}?wait=20")
-        while not runs:
-            await asyncio.sleep(0.01)
+        await until(lambda: runs)
         await asyncio.sleep(0.5)  # waiting, having seen it running
         before_the_end = len(runs)
         await asyncio.to_thread(end_execution, proposal.execution_id)
@@ -251,8 +257,7 @@ def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
     async def main():
         path = f"/api/v1/proposals/{proposal.pk}?wait=20&until=finished"
         answer = asgi_call(app, token, "GET", path)
-        while not runs:
-            await asyncio.sleep(0.01)
+        await until(lambda: runs)
         await asyncio.sleep(0.3)
         await asyncio.to_thread(start_execution, proposal.execution_id)
         await asyncio.sleep(0.3)

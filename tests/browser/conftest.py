@@ -62,8 +62,37 @@ def browser(server):
         chromium.close()
 
 
+def watch_policy(context, violations: list[str]) -> None:
+    """Every page of ``context`` reports what the Content-Security-Policy refused to ``violations``."""
+    context.add_init_script(
+        "document.addEventListener('securitypolicyviolation', e => console.error("
+        "'CSP violation: ' + e.violatedDirective + ' ' + (e.blockedURI || 'inline') + ' at ' +"
+        " e.sourceFile + ':' + e.lineNumber));"
+    )
+
+    def on_page(page):
+        page.on(
+            "console",
+            lambda message: (
+                violations.append(f"{page.url}: {message.text}")
+                if "Content Security Policy" in message.text or "CSP violation" in message.text
+                else None
+            ),
+        )
+
+    context.on("page", on_page)
+
+
 @pytest.fixture
-def login(browser, server) -> Iterator[Callable]:
+def csp_violations() -> Iterator[list[str]]:
+    """What the console's Content-Security-Policy refused during the test: must stay empty."""
+    violations: list[str] = []
+    yield violations
+    assert violations == [], "the console broke its own Content-Security-Policy"
+
+
+@pytest.fixture
+def login(browser, server, csp_violations) -> Iterator[Callable]:
     """login("reviewer") → a page of a fresh browser context, signed in on its landing page
     (the queue for a reviewer, the overview for an admin)."""
     contexts = []
@@ -71,6 +100,7 @@ def login(browser, server) -> Iterator[Callable]:
     def open_as(username: str, viewport: dict | None = None):
         context = browser.new_context(viewport=viewport or VIEWPORT)
         context.set_default_timeout(20_000)
+        watch_policy(context, csp_violations)
         contexts.append(context)
         page = context.new_page()
         page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm's "are you sure?"

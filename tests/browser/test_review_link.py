@@ -14,7 +14,7 @@ from tests.serving import start_server
 from tests.standins import review_path, smtp_server
 from tests.support import require
 
-from .conftest import CHROMIUM, wait_for
+from .conftest import CHROMIUM, wait_for, watch_policy
 
 pytestmark = pytest.mark.browser
 
@@ -49,7 +49,9 @@ def shoot(page, name: str) -> None:
         page.screenshot(path=f"{folder}/{name}.png", full_page=True)
 
 
-def test_a_reviewer_approves_from_the_mail_link_on_a_phone(server, login, browser, inbox):
+def test_a_reviewer_approves_from_the_mail_link_on_a_phone(
+    server, login, browser, inbox, csp_violations
+):
     desk = login("reviewer")
     desk.goto(server.base + "/profile/")
     desk.fill("#id_address", ADDRESS)
@@ -63,6 +65,7 @@ def test_a_reviewer_approves_from_the_mail_link_on_a_phone(server, login, browse
     path = review_path(message)
 
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    watch_policy(phone, csp_violations)
     try:
         page = phone.new_page()
         opened = page.goto(server.base + path)

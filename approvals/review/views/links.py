@@ -6,7 +6,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
-from pygments.formatters import HtmlFormatter
 
 from approvals.core import services
 from approvals.notify import review_links
@@ -27,7 +26,6 @@ def _link_page(request: HttpRequest, link, error: str = "", status: int = 200) -
         "decisions": proposal.decisions.all(),
         "code_blocks": highlighted(proposal),
         "parameters_json": other_parameters(proposal),
-        "pygments_css": HtmlFormatter(cssclass="code").get_style_defs(".code"),
         "error": error,
     }
     return render(request, "approvals/review_link.html", context, status=status)

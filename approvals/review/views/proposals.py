@@ -129,7 +129,6 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         **proposal_context(proposal, request.user),
         "code_blocks": highlighted(proposal),
         "parameters_json": other_parameters(proposal),
-        "pygments_css": HtmlFormatter(cssclass="code").get_style_defs(".code"),
     }
     return render(request, "approvals/detail.html", context)
 
@@ -160,7 +159,6 @@ def decide(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
     context.update(
         code_blocks=highlighted(proposal),
         parameters_json=other_parameters(proposal),
-        pygments_css=HtmlFormatter(cssclass="code").get_style_defs(".code"),
     )
     return render(request, "approvals/detail.html", context, status=status)
 

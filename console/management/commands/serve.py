@@ -14,6 +14,7 @@ import ctypes
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ UVICORN_OPTIONS = [
     "--timeout-graceful-shutdown", "5",
 ]  # fmt: skip
 PR_SET_PDEATHSIG = 1
+WILDCARDS = ("0.0.0.0", "::", "")
 
 
 class Command(BaseCommand):
@@ -54,19 +56,44 @@ class Command(BaseCommand):
             "--demo", action="store_true", help="create demo users and an agent token"
         )
         parser.add_argument("--no-worker", action="store_true", help="serve the web only")
+        parser.add_argument(
+            "--certfile",
+            default=os.environ.get("AIRLOCK_TLS_CERT", ""),
+            help="serve HTTPS with this certificate (PEM; default: AIRLOCK_TLS_CERT)",
+        )
+        parser.add_argument(
+            "--keyfile",
+            default=os.environ.get("AIRLOCK_TLS_KEY", ""),
+            help="the certificate's private key (PEM; default: AIRLOCK_TLS_KEY)",
+        )
 
     def handle(self, *args, host, port, concurrency, web_processes, demo, no_worker, **options):
         if not 1 <= port <= 65535:
             raise CommandError(f"--port {port} is not a TCP port")
         if web_processes < 1:
             raise CommandError(f"--web-processes {web_processes}: at least one is needed")
+        self.tls = _tls_files(options["certfile"], options["keyfile"])
+        scheme = "https" if self.tls else "http"
+        address = f"{scheme}://{_shown_host(host)}:{port}"
+        # The children's links, allowed hosts and cookies follow the address
+        # served, unless SITE_URL says where people reach it (a proxy, a name).
+        if host in WILDCARDS and "SITE_URL" not in os.environ:
+            # Reached by names serve cannot know: any Host header, as before,
+            # and a warning that browsers elsewhere need SITE_URL.
+            os.environ.setdefault("ALLOWED_HOSTS", "*")
+            self.stderr.write(
+                f"Set SITE_URL to the address people use (e.g. {scheme}://airlock.example.com:{port}): "
+                "links in mails and Slack point to it, and only its pages may open the "
+                "console's live updates (this machine's own always may)."
+            )
+        os.environ.setdefault("SITE_URL", address)
         # Before anything else: a taken port fails at once.
         listeners = _listen(host, port, web_processes)
         self._prepare_dirs()
         call_command("migrate", interactive=False, verbosity=0)
         self._print_sandbox()
         if demo:
-            self._print_demo(host, port)
+            self._print_demo(address)
         self.children: list[subprocess.Popen] = []
         self._stopping = False
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -77,7 +104,7 @@ class Command(BaseCommand):
             for listener in listeners:
                 listener.close()  # the web processes hold them now
             self.stdout.write(
-                f"Airlock is running at http://{host}:{port}/  "
+                f"Airlock is running at {address}/  "
                 f"({web_processes} web process{'es' if web_processes > 1 else ''}; Ctrl-C to stop)"
             )
             self.stdout.flush()  # the demo token too, when stdout is a file or a pipe
@@ -124,7 +151,7 @@ class Command(BaseCommand):
         if status["warning"]:
             self.stderr.write(self.style.ERROR(f"WARNING: {status['warning']}"))
 
-    def _print_demo(self, host: str, port: int) -> None:
+    def _print_demo(self, address: str) -> None:
         from console.demo import ensure_demo
 
         demo = ensure_demo()
@@ -135,7 +162,7 @@ class Command(BaseCommand):
             f"Demo agent {demo['agent']} token (shown once):",
             f"  {demo['token']}",
             "Try:",
-            f"  curl -s -X POST http://{host}:{port}/api/v1/proposals \\",
+            f"  curl -s -X POST {address}/api/v1/proposals \\",
             f"    -H 'Authorization: Bearer {demo['token']}' -H 'Content-Type: application/json' \\",
             """    -d '{"action": "script.execute", "parameters": {"language": "python", "code": "print(\\"hi\\")"}}'""",
             "",
@@ -167,10 +194,13 @@ class Command(BaseCommand):
         # process: sessions and the channel layer are in the database (or
         # Redis), and every process's long-poll watcher and layer poller are
         # woken across processes.
+        tls = []
+        if self.tls:
+            tls = ["--ssl-certfile", self.tls[0], "--ssl-keyfile", self.tls[1]]
         for listener in listeners:
             fd = listener.fileno()
             self._spawn(
-                [python, "-m", "uvicorn", "--fd", str(fd), *UVICORN_OPTIONS]
+                [python, "-m", "uvicorn", "--fd", str(fd), *UVICORN_OPTIONS, *tls]
                 + ["console.asgi:application"],
                 pass_fds=(fd,),
             )
@@ -295,3 +325,24 @@ def _signal_group(child: subprocess.Popen, signum: int) -> None:
         os.killpg(child.pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _tls_files(certfile: str, keyfile: str) -> tuple[str, str] | None:
+    """The certificate and key to serve HTTPS with, both readable, or None for plain HTTP."""
+    if not certfile and not keyfile:
+        return None
+    if not (certfile and keyfile):
+        raise CommandError("HTTPS needs both --certfile and --keyfile (AIRLOCK_TLS_CERT/KEY)")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise CommandError(f"cannot serve HTTPS with {certfile} and {keyfile}: {exc}") from None
+    return str(Path(certfile).resolve()), str(Path(keyfile).resolve())
+
+
+def _shown_host(host: str) -> str:
+    """The host to put in links: a wildcard address is no address to visit."""
+    if host in WILDCARDS:
+        return "localhost"
+    return f"[{host}]" if ":" in host else host
