@@ -188,14 +188,22 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",
     "template_partials",
     "django_htmx",
     "rest_framework",
     "drf_spectacular",
     "channels",
+    "allauth",
+    "allauth.account",
+    "allauth.mfa",
+    "allauth.socialaccount",
+    "allauth.usersessions",
     "infrastructure",
     "console",
     "audit",
+    "accounts",
+    "accounts.sso",
     "executions",
     "approvals",
 ]
@@ -208,7 +216,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "accounts.middleware.session_lifetime",
+    "approvals.review.middleware.enrolment_required",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -301,6 +312,24 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "infrastructure.channel_layers.DatabaseChannelLayer"}}
 
+# The cache every process shares: sign-in rate limits and replayed ID tokens must
+# be counted once for the whole deployment, not once per web process.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env("CHANNEL_LAYER_PREFIX", "asgi"),
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "airlock_cache",  # made by serve (createcachetable) and the test database
+        }
+    }
+
 # (A host in the filesystem URL only keeps kombu from warning that it has none.)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost/")
 CELERY_BROKER_TRANSPORT_OPTIONS = (
@@ -354,6 +383,107 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:home"  # the overview for admins, the queue for reviewers
 LOGOUT_REDIRECT_URL = "login"
+
+# Sign-in (django-allauth; see accounts/): a password, a provider's single
+# sign-on, then a second factor (passkeys, TOTP, recovery codes), and a fresh
+# factor again before a decision or change that matters (STEP_UP_*).
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+ACCOUNT_ADAPTER = "accounts.adapters.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "accounts.sso.adapter.SocialAccountAdapter"
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = [
+    "username*",
+    "password1*",
+]  # signing up is closed: accounts come from admins or SSO
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_SESSION_REMEMBER = True  # a session lasts SESSION_MAX_HOURS at most, idle or not
+ACCOUNT_LOGOUT_REDIRECT_URL = "login"
+ACCOUNT_LOGOUT_ON_PASSWORD_CHANGE = False
+# Failed sign-ins (a wrong password or second factor) within five minutes after
+# which the account, or the client address, is refused even the right one.
+SIGNIN_FAILURES_PER_ACCOUNT = env_int("SIGNIN_FAILURES_PER_ACCOUNT", 10, minimum=1, maximum=100)
+SIGNIN_FAILURES_PER_ADDRESS = env_int("SIGNIN_FAILURES_PER_ADDRESS", 30, minimum=1, maximum=1000)
+ACCOUNT_RATE_LIMITS = {
+    "login_failed": f"{SIGNIN_FAILURES_PER_ADDRESS}/5m/ip,{SIGNIN_FAILURES_PER_ACCOUNT}/5m/key",
+}
+# Password sign-in on or off; off, the named break-glass admins still may.
+PASSWORD_SIGNIN = env_bool("PASSWORD_SIGNIN", True)
+BREAK_GLASS_USERS = env_list("BREAK_GLASS_USERS", [])
+MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
+MFA_PASSKEY_LOGIN_ENABLED = True
+MFA_TOTP_ISSUER = "Airlock"
+USERSESSIONS_TRACK_ACTIVITY = False  # a write per request; the sessions page needs none
+SESSION_IDLE_MINUTES = env_int("SESSION_IDLE_MINUTES", 60, minimum=1)
+SESSION_MAX_HOURS = env_int("SESSION_MAX_HOURS", 12, minimum=1)
+SESSION_COOKIE_AGE = SESSION_MAX_HOURS * 3600
+# A decision on a proposal of at least this risk (11: none), a policy change,
+# a new token and a change of roles need a second factor this recent.
+STEP_UP_MIN_RISK = env_int("STEP_UP_MIN_RISK", 7, minimum=0, maximum=11)
+STEP_UP_SECONDS = env_int("STEP_UP_SECONDS", 300, minimum=30, maximum=86_400)
+
+
+def oidc_provider(prefix: str, provider_id: str) -> dict:
+    """One OpenID Connect provider from ``<prefix>ISSUER``, ``<prefix>CLIENT_ID`` and the rest."""
+    issuer = env(f"{prefix}ISSUER").rstrip("/")
+    client_id, secret = env(f"{prefix}CLIENT_ID"), env(f"{prefix}CLIENT_SECRET")
+    if not (issuer and client_id and secret):
+        raise ImproperlyConfigured(
+            f"single sign-on through {provider_id!r} needs {prefix}ISSUER, {prefix}CLIENT_ID "
+            f"and {prefix}CLIENT_SECRET"
+        )
+    if urlsplit(issuer).scheme not in ("https", "http"):
+        raise ImproperlyConfigured(f"{prefix}ISSUER={issuer!r} is not an http(s) URL")
+    return {
+        "provider_id": provider_id,
+        "name": env(f"{prefix}NAME", provider_id.replace("_", " ").title()),
+        "client_id": client_id,
+        "secret": secret,
+        "settings": {
+            "server_url": issuer,
+            "oauth_pkce_enabled": True,
+            "scope": env(f"{prefix}SCOPES", "openid profile email").split(),
+            "groups_claim": env(f"{prefix}GROUPS_CLAIM", "groups"),
+            "admin_groups": env_list(f"{prefix}ADMIN_GROUPS", []),
+            "reviewer_groups": env_list(f"{prefix}REVIEWER_GROUPS", []),
+            "step_up_acr_values": env(f"{prefix}STEP_UP_ACR_VALUES"),
+            # How its people step up: "auto" (a factor enrolled here if they have one,
+            # else signing in again at the provider), "provider" or "factor" alone.
+            "step_up": env_choice(f"{prefix}STEP_UP", "auto", ("auto", "provider", "factor")),
+        },
+    }
+
+
+# Single sign-on: OIDC_ISSUER & co. for one provider, or OIDC_PROVIDERS=okta,keycloak
+# with OIDC_OKTA_ISSUER & co. for several (see the README).
+OIDC_PROVIDER_IDS = env_list("OIDC_PROVIDERS", ["sso"] if env("OIDC_ISSUER") else [])
+SOCIALACCOUNT_PROVIDERS = {
+    "oidc": {
+        "APPS": [
+            oidc_provider(
+                "OIDC_"
+                if provider_id == "sso" and env("OIDC_ISSUER")
+                else f"OIDC_{provider_id.upper()}_",
+                provider_id,
+            )
+            for provider_id in OIDC_PROVIDER_IDS
+        ],
+        "OAUTH_PKCE_ENABLED": True,
+    }
+}
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = (
+    False  # an address is no proof: never joined to a local account
+)
+SOCIALACCOUNT_LOGIN_ON_GET = False
+SOCIALACCOUNT_STORE_TOKENS = False
+# The providers' sign-in pages take the form posts that start a sign-in.
+CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"] += [
+    "{0.scheme}://{0.netloc}".format(urlsplit(app["settings"]["server_url"]))
+    for app in SOCIALACCOUNT_PROVIDERS["oidc"]["APPS"]
+]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env("TIME_ZONE", "UTC")

@@ -1,7 +1,9 @@
+from allauth.account.views import logout
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
+
+from accounts.views import sign_in
 
 from . import health
 
@@ -17,8 +19,11 @@ urlpatterns = [
     path("livez", health.livez, name="livez"),
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),
-    path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", sign_in, name="login"),
+    path("logout/", logout, name="logout"),
+    path("accounts/login/", sign_in),  # allauth's own redirects land on the same page
+    path("accounts/", include("allauth.urls")),  # second factors, sessions, SSO callbacks
+    path("", include("accounts.urls")),
     path("admin/", admin.site.urls),
     path("", include("console.console_urls")),
 ]

@@ -11,10 +11,13 @@ from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts.access import admin_required
 from accounts.roles import REVIEWERS_GROUP, set_review_rights
+from accounts.stepup import fresh_factor_required
+from approvals.core import tokens
 from audit.models import AuditEvent
 from audit.services import actor_label, verify_chain
 from infrastructure.rest.errors import json_error
@@ -33,12 +36,33 @@ def users(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @admin_required
+@fresh_factor_required(
+    then=lambda request, pk: reverse("console:users"), purpose="Change someone's review rights"
+)
 def set_reviewer(request: HttpRequest, pk: int) -> HttpResponse:
     person = get_object_or_404(get_user_model(), pk=pk)
     allowed = request.POST.get("reviewer") == "on"
     set_review_rights(person, allowed, actor_label(request.user))
     verb = "can now review" if allowed else "can no longer review"
     messages.success(request, f"{person.get_username()} {verb}.")
+    return redirect("console:users")
+
+
+@require_POST
+@admin_required
+@fresh_factor_required(
+    then=lambda request, pk: reverse("console:users"),
+    purpose="Sign someone out everywhere and revoke their tokens",
+)
+def end_access(request: HttpRequest, pk: int) -> HttpResponse:
+    """Sign a person out everywhere and revoke their personal tokens, at once."""
+    person = get_object_or_404(get_user_model(), pk=pk)
+    ended = tokens.end_access(person, actor_label(request.user))
+    messages.success(
+        request,
+        f"{person.get_username()}: {ended['sessions']} session(s) ended, "
+        f"{ended['tokens']} token(s) revoked.",
+    )
     return redirect("console:users")
 
 

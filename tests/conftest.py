@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import time
+import uuid
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -48,6 +50,40 @@ class Isolation:
 
     def weak(self, reason: str = "local: a subprocess with rlimits only") -> None:
         self.weak_reason = reason
+
+
+@pytest.fixture(autouse=True)
+def _a_cache_of_its_own(settings):
+    """Each test starts with an empty cache (sign-in failures are counted there): its own key
+    prefix, since a shared Redis is not cleared under the other workers' feet."""
+    settings.CACHES = {
+        alias: {**config, "KEY_PREFIX": f"test-{uuid.uuid4().hex[:12]}"}
+        for alias, config in settings.CACHES.items()
+    }
+
+
+@pytest.fixture(autouse=True)
+def _decisions_without_step_up(settings):
+    """Suites about other things decide at any risk with a console session or a token, as
+    an install with STEP_UP_MIN_RISK=11 does; tests/accounts turn step-up on (the default 7)."""
+    settings.STEP_UP_MIN_RISK = 11
+
+
+def with_fresh_factor(client, user, factor: str = "totp"):
+    """``client``'s session as allauth leaves it after ``user`` proved a second factor just now.
+
+    For suites about the pages behind a step-up; the factors themselves are proved
+    for real in tests/accounts (TOTP codes) and tests/browser (passkeys).
+    """
+    now = time.time()
+    session = client.session
+    session["account_authentication_methods"] = [
+        {"method": "password", "at": now, "username": user.get_username()},
+        {"method": "mfa", "at": now, "type": factor, "id": 0},
+    ]
+    session["account_authentication_methods_user"] = str(user.pk)
+    session.save()
+    return client
 
 
 @pytest.fixture(autouse=True)
@@ -155,3 +191,25 @@ def local_sandbox(settings):
     (The adversarial and backend suites run every backend.)
     """
     settings.SANDBOX_BACKEND = "local"
+
+
+@pytest.fixture
+def in_memory_channel_layer(settings):
+    """Channels' in-memory layer, for suites about what consumers send, not how it travels."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+async def consumer_connections_closed():
+    """Consumers query from the sync-to-async worker thread; close its connection so the test
+    database can be dropped at the end (PostgreSQL refuses otherwise)."""
+    yield
+    from channels.db import database_sync_to_async
+    from django.db import connections
+
+    await database_sync_to_async(connections.close_all)()

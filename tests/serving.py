@@ -118,15 +118,16 @@ def start_server(
     python: str = sys.executable,
     serve_args: list[str] = (),
     tls: tuple[Path, Path] | None = None,
+    port: int | None = None,
 ) -> Server:
     """Start ``serve --demo`` with a fresh data dir and a sandbox backend; wait until it answers.
 
     ``wrapper`` is an argv prefix (e.g. ``scripts/unprivileged --``); ``checkout``
     the copy of Airlock to serve from; ``data_dir`` None keeps its default
     (``var/`` in that checkout). The log goes to ``serve.log`` beside the data.
-    ``tls``: (certificate, key) to serve HTTPS with.
+    ``tls``: (certificate, key) to serve HTTPS with; ``port``: where (default: a free one).
     """
-    port = free_port()
+    port = port or free_port()
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV + ("AIRLOCK_DATA_DIR",)}
     env.update(SANDBOX_BACKEND=backend, **(extra_env or {}))
     if data_dir is not None:

@@ -16,6 +16,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import stepup
 from accounts.roles import is_agent, is_reviewer
 from approvals.choices import CHANGE, UNTIL, DecisionKind, ProposalStatus, Urgency
 from approvals.core import services
@@ -27,7 +28,7 @@ from executions.choices import ExecutionStatus
 from executions.models import SandboxSession
 from executions.sandboxes.status import sandbox_status
 from infrastructure.prepared import Prepared
-from infrastructure.rest.errors import ApiError, get_or_404
+from infrastructure.rest.errors import ApiError, error_responses, get_or_404
 
 WAIT_POLL_SECONDS = 0.05
 STATUS_FOR = {
@@ -37,6 +38,7 @@ STATUS_FOR = {
     "not_found": 404,
     "conflict": 409,
     "idempotency_conflict": 409,
+    "step_up_required": 403,
     "sandbox_unsupported": 422,
 }
 
@@ -138,7 +140,8 @@ def represent(row: dict) -> dict:
 
 
 def _raise(exc: services.ProposalError):
-    raise ApiError(STATUS_FOR.get(exc.kind, 400), exc.kind, exc.message) from None
+    extra = {"url": exc.url} if exc.url else {}
+    raise ApiError(STATUS_FOR.get(exc.kind, 400), exc.kind, exc.message, **extra) from None
 
 
 def submitted(request, submission: services.Submission) -> Response:
@@ -243,6 +246,21 @@ class CommentSerializer(serializers.Serializer):
     comment = serializers.CharField(max_length=4000, allow_blank=True, default="")
 
 
+DECISION_RESPONSES = {
+    200: ProposalSerializer,
+    **error_responses(
+        e400="validation_error: the comment",
+        e403=(
+            "permission_denied: an agent's token, no review rights, your own proposal; or "
+            "step_up_required: the proposal's risk needs a second factor proved just now, "
+            "which a token cannot carry; `url` is the console page that completes the decision"
+        ),
+        e404="not_found: no such proposal",
+        e409="conflict: no longer pending, or already decided by you",
+    ),
+}
+
+
 class _DecisionView(APIView):
     kind = ""
 
@@ -252,7 +270,13 @@ class _DecisionView(APIView):
         body = CommentSerializer(data=_object(request))
         body.is_valid(raise_exception=True)
         try:
-            services.decide(pk, request.user, self.kind, body.validated_data["comment"])
+            services.decide(
+                pk,
+                request.user,
+                self.kind,
+                body.validated_data["comment"],
+                authentication=stepup.TOKEN,
+            )
         except services.ProposalError as exc:
             _raise(exc)
         return Response(proposal_data(request.user, pk))
@@ -262,7 +286,7 @@ class ProposalApprove(_DecisionView):
     kind = "approve"
 
     @extend_schema(
-        request=CommentSerializer, responses=ProposalSerializer, summary="Approve (reviewers)"
+        request=CommentSerializer, responses=DECISION_RESPONSES, summary="Approve (reviewers)"
     )
     def post(self, request, pk: int):
         return super().post(request, pk)
@@ -272,7 +296,7 @@ class ProposalReject(_DecisionView):
     kind = "reject"
 
     @extend_schema(
-        request=CommentSerializer, responses=ProposalSerializer, summary="Reject (reviewers)"
+        request=CommentSerializer, responses=DECISION_RESPONSES, summary="Reject (reviewers)"
     )
     def post(self, request, pk: int):
         return super().post(request, pk)

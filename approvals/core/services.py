@@ -6,13 +6,17 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, F, Value
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework import serializers
 
+from accounts import stepup
 from accounts.roles import is_reviewer
+from accounts.stepup import Authentication
 from approvals.choices import DecisionKind, ProposalStatus, Urgency
 from approvals.core.outbox import notify
 from approvals.models import Agent, Decision, Proposal
@@ -32,12 +36,16 @@ _insert_proposal = PreparedInsert(Proposal)
 
 
 class ProposalError(Exception):
-    """A request about a proposal that cannot be honoured; ``kind`` maps to an API error type."""
+    """A request about a proposal that cannot be honoured; ``kind`` maps to an API error type.
 
-    def __init__(self, kind: str, message: str):
+    ``url``: where a person can complete it instead (a step-up in the console).
+    """
+
+    def __init__(self, kind: str, message: str, url: str | None = None):
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.url = url
 
 
 @dataclass
@@ -216,11 +224,15 @@ def decide(
     kind: str,
     comment: str = "",
     via: str | None = None,
+    authentication: Authentication | None = None,
 ) -> Proposal:
-    """A reviewer approves or rejects. Guarded: one decision per reviewer, quorum, expiry.
+    """A reviewer approves or rejects. Guarded: one decision per reviewer, quorum, expiry,
+    and a fresh second factor at or above ``STEP_UP_MIN_RISK``.
 
-    ``via`` names where the decision came from (Slack, an email link) for the audit trail.
+    ``authentication`` says how the reviewer proved who they are (a console session
+    and its factors, a token, a mail link, Slack: ``via``); the audit trail keeps it.
     """
+    authentication = authentication or Authentication(via=via or "unknown")
     if not is_reviewer(reviewer):
         raise ProposalError("permission_denied", "only reviewers can approve or reject proposals")
     if kind not in DecisionKind.values:
@@ -238,14 +250,28 @@ def decide(
         expired = proposal.is_expired_at(now) and _expire(proposal)
         if not expired:
             _check_can_decide(proposal, reviewer, current_policy())
-            _record_decision(proposal, reviewer, kind, comment, now, via)
+            _check_step_up(proposal, kind, authentication)
+            _record_decision(proposal, reviewer, kind, comment, now, authentication)
     if expired:
         raise ProposalError("conflict", f"proposal {proposal.pk} expired before the decision")
     return proposal
 
 
+def _check_step_up(proposal: Proposal, kind: str, authentication: Authentication) -> None:
+    if not stepup.needed_for_risk(proposal.risk_score) or authentication.fresh():
+        return
+    minutes = max(settings.STEP_UP_SECONDS // 60, 1)
+    raise ProposalError(
+        "step_up_required",
+        f"proposal {proposal.pk} has risk {proposal.risk_score}: deciding it needs a second "
+        f"factor proved in the last {minutes} minute{'s' if minutes > 1 else ''}; "
+        "complete the decision in the console",
+        url=settings.SITE_URL + reverse("console:decide", args=[proposal.pk, kind]),
+    )
+
+
 def _record_decision(
-    proposal: Proposal, reviewer, kind: str, comment: str, now, via: str | None
+    proposal: Proposal, reviewer, kind: str, comment: str, now, authentication: Authentication
 ) -> None:
     try:
         with transaction.atomic():
@@ -257,8 +283,14 @@ def _record_decision(
             "conflict", f"{reviewer.get_username()} has already decided proposal {proposal.pk}"
         ) from None
     actor = actor_label(reviewer)
-    where = {"via": via} if via else {}
-    record(actor, f"proposal.decision.{kind}", proposal, comment=comment, **where)
+    record(
+        actor,
+        f"proposal.decision.{kind}",
+        proposal,
+        comment=comment,
+        via=authentication.via,
+        **authentication.as_audit(),
+    )
     if kind == DecisionKind.REJECT:
         _close(proposal, ProposalStatus.REJECTED, now, actor)
     else:

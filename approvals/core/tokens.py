@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+from django.db import transaction
+from django.utils import timezone
+
+from accounts import sessions
 from approvals.models import Agent, UserToken, hash_token, new_token
 from audit.services import record
 
@@ -51,12 +55,14 @@ def rotate_agent_token(agent: Agent, actor: str) -> str:
     return token
 
 
-def create_user_token(user, actor: str = "system") -> str:
+def create_user_token(user, actor: str = "system", **audit) -> str:
+    """A personal API token for ``user``, returned once (``audit``: more for the record)."""
     token = new_token()
-    user_token = UserToken.objects.create(
-        user=user, token_hash=hash_token(token), token_hint=token[:8]
-    )
-    record(actor, "user_token.created", user_token, user=user.get_username())
+    with transaction.atomic():
+        user_token = UserToken.objects.create(
+            user=user, token_hash=hash_token(token), token_hint=token[:8]
+        )
+        record(actor, "user_token.created", user_token, user=user.get_username(), **audit)
     return token
 
 
@@ -78,3 +84,23 @@ def set_agent_capabilities(agent: Agent, capabilities: list[str], actor: str) ->
         before=previous,
         after=agent.capabilities,
     )
+
+
+def revoke_user_token(token: UserToken, actor: str) -> bool:
+    """Revoke one personal token at once; False if it already was."""
+    revoked = UserToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    if revoked:
+        record(actor, "user_token.revoked", token, user=token.user.get_username())
+    return bool(revoked)
+
+
+def end_access(user, actor: str) -> dict:
+    """Sign ``user`` out everywhere and revoke every personal token: one step, audited."""
+    tokens = UserToken.objects.filter(user=user, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    ended = {"sessions": sessions.end_all(user), "tokens": tokens}
+    record(actor, "user.access_ended", user, **ended)
+    return ended

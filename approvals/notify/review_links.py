@@ -25,12 +25,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.roles import is_reviewer
+from accounts.stepup import Authentication
 from approvals.core import services
 from approvals.models import Proposal
 from approvals.notify.models import ReviewLink
 from executions.services import command_hash
 
 SALT = "airlock.review-link"
+EMAIL_LINK = Authentication(via="email link")  # a link carries no second factor
 FIELDS = {"r": int, "p": int, "h": str, "e": int, "n": str}
 
 
@@ -141,4 +143,6 @@ def decide(text: str, kind: str, comment: str, user=None) -> Proposal:
         )
         if not used:
             raise LinkRefused(410, "This link has been used: each one works once.")
-        return services.decide(link.proposal_id, link.reviewer, kind, comment, via="email link")
+        return services.decide(
+            link.proposal_id, link.reviewer, kind, comment, authentication=EMAIL_LINK
+        )

@@ -9,7 +9,9 @@ the YAML text ``manage.py policy export`` writes: in a JSON body as
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpResponse
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -19,11 +21,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.roles import is_admin, is_reviewer
-from approvals.policy import simulation
+from accounts.stepup import Authentication
+from approvals.policy import drafts, simulation
 from approvals.policy import text as policy_text
 from approvals.policy.models import PolicyVersion
-from approvals.policy.rules import current_policy, describe_diff, diff, update_policy
-from infrastructure.rest.errors import ApiError
+from approvals.policy.rules import (
+    PolicySerializer,
+    current_policy,
+    describe_diff,
+    diff,
+    update_policy,
+)
+from infrastructure.rest.errors import ApiError, error_responses
 
 YAML_MEDIA_TYPE = "application/yaml"
 
@@ -114,7 +123,15 @@ class PolicyApply(APIView):
                     "comment": serializers.CharField(),
                     "changes": serializers.DictField(),
                 },
-            )
+            ),
+            **error_responses(
+                e400="validation_error: the text, with its line and field",
+                e403=(
+                    "permission_denied: not an admin; or step_up_required: putting a policy in "
+                    "force needs a second factor proved just now, which a token cannot carry; "
+                    "the policy is kept, and `url` is the console page that applies it"
+                ),
+            ),
         },
         summary="Put a policy in force as a new, audited version (admins)",
     )
@@ -122,6 +139,8 @@ class PolicyApply(APIView):
         _may_write(request.user)
         data = _body(request, ApplySerializer, ("comment",))
         document = _parsed(data["text"])
+        if request.auth is not None or not Authentication.of_session(request).fresh():
+            _keep_for_the_console(request, document, data)
         previous = current_policy().as_data()
         version = update_policy(document, request.user, data["comment"])
         return Response(
@@ -132,6 +151,21 @@ class PolicyApply(APIView):
             },
             status=status.HTTP_201_CREATED,
         )
+
+
+def _keep_for_the_console(request, document: dict, data: dict) -> None:
+    """A token carries no second factor: keep the (valid) policy for the console, say where."""
+    checked = PolicySerializer(data=document)
+    checked.is_valid(raise_exception=True)
+    key = drafts.keep(data["text"], data["comment"], request.user)
+    raise ApiError(
+        403,
+        "step_up_required",
+        "putting a policy in force needs a second factor proved just now, which a token "
+        "cannot carry; the policy is valid and kept for you for an hour: review and apply "
+        "it in the console",
+        url=settings.SITE_URL + reverse("console:policy-apply") + f"?draft={key}",
+    )
 
 
 class PolicySimulate(APIView):

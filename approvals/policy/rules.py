@@ -56,6 +56,7 @@ DEFAULT_POLICY = {
     "self_approval": False,
     "use_prevalidator": False,
     "allow_weak_sandbox": False,
+    "require_second_factor": False,
     "agent_overrides": {},
     "slack_routes": [],
 }
@@ -139,6 +140,13 @@ class PolicySerializer(serializers.Serializer):
             "isolation (no namespaces, no Landlock); off, a person approves each one"
         ),
     )
+    require_second_factor = serializers.BooleanField(
+        default=False,
+        help_text=(
+            "every reviewer and admin enrols a second factor (a passkey or a TOTP app) "
+            "before the console lets them in"
+        ),
+    )
     agent_overrides = serializers.DictField(child=OverrideSerializer(), default=dict)
     slack_routes = SlackRouteSerializer(many=True, default=list)
 
@@ -216,6 +224,7 @@ class Policy:
     self_approval: bool = False
     use_prevalidator: bool = False
     allow_weak_sandbox: bool = False
+    require_second_factor: bool = False
     agent_overrides: dict = field(default_factory=dict)
     # Slack channels for review requests, first match wins. In the policy because
     # admins edit it where they edit who reviews what: versioned, audited, exported.
@@ -238,6 +247,7 @@ class Policy:
                 "self_approval",
                 "use_prevalidator",
                 "allow_weak_sandbox",
+                "require_second_factor",
                 "agent_overrides",
             )
             if key in data

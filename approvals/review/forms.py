@@ -214,6 +214,11 @@ class PolicySettingsForm(forms.Form):
             "(no namespaces, no Landlock); off, a person approves each one"
         ),
     )
+    require_second_factor = forms.BooleanField(
+        required=False,
+        label="Require a second factor",
+        help_text="every reviewer and admin enrols a passkey or a TOTP app before the console",
+    )
     comment = forms.CharField(max_length=500, required=False, help_text="why, for the audit trail")
 
 
@@ -327,6 +332,17 @@ class SuggestionsForm(forms.Form):
             name: data.get(name) if data.get(name) is not None else field.initial
             for name, field in self.fields.items()
         }
+
+
+class PolicyTextForm(forms.Form):
+    """A whole policy as YAML, as ``manage.py policy export`` writes it."""
+
+    text = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 24, "spellcheck": "false"}),
+        max_length=200_000,
+        label="Policy (YAML)",
+    )
+    comment = forms.CharField(max_length=500, required=False, help_text="why, for the audit trail")
 
 
 class CompareForm(forms.Form):

@@ -28,7 +28,8 @@ from django.core.exceptions import (
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
-from rest_framework import exceptions
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers
 from rest_framework.views import exception_handler as drf_exception_handler
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,13 @@ TYPES = {
 
 
 class ApiError(exceptions.APIException):
-    """An error with an explicit type and status."""
+    """An error with an explicit type and status; ``extra`` fields go into its body (a ``url``)."""
 
-    def __init__(self, status_code: int, error_type: str, message: str):
+    def __init__(self, status_code: int, error_type: str, message: str, **extra):
         super().__init__(message)
         self.status_code = status_code
         self.error_type = error_type
+        self.extra = extra
 
 
 def _message(detail) -> str:
@@ -76,6 +78,29 @@ def _message(detail) -> str:
 def _joined(parts: list[str]) -> str:
     """One sentence per problem: "a: is required; b: is too long" (no ".;")."""
     return parts[0] if len(parts) == 1 else "; ".join(part.rstrip(".") for part in parts)
+
+
+class ErrorDetail(serializers.Serializer):
+    type = serializers.CharField(help_text="what went wrong, e.g. step_up_required")
+    message = serializers.CharField(help_text="for a person to read")
+    url = serializers.URLField(
+        required=False, help_text="where to complete it (step_up_required: a console page)"
+    )
+    details = serializers.JSONField(required=False, help_text="validation errors, field by field")
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error: ``{"error": {"type", "message"}}``, for the published schema."""
+
+    error = ErrorDetail()
+
+
+def error_responses(**described: str) -> dict[int, OpenApiResponse]:
+    """Schema responses for the errors of an endpoint: ``error_responses(e403="...")``."""
+    return {
+        int(code.removeprefix("e")): OpenApiResponse(ErrorSerializer, description=text)
+        for code, text in described.items()
+    }
 
 
 def error_body(error_type: str, message: str, details=None) -> dict:
@@ -111,6 +136,7 @@ def exception_handler(exc, context):
     )
     details = exc.detail if isinstance(exc, exceptions.ValidationError) else None
     response.data = error_body(error_type, _message(getattr(exc, "detail", str(exc))), details)
+    response.data["error"].update(getattr(exc, "extra", None) or {})
     return response
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -11,6 +13,7 @@ from approvals.policy.models import PolicyVersion
 from approvals.policy.rules import current_policy
 from audit.models import AuditEvent
 from tests.conftest import client_for
+from tests.console.conftest import logged_in
 
 from .test_policy_preview import stored
 
@@ -73,6 +76,12 @@ def test_each_endpoint_answers_only_whom_it_should(
     }
     before = state()
     response = call(clients[caller], endpoint, policy_yaml)
+    if caller in allowed and endpoint == APPLY:
+        # A token carries no second factor: kept for the console, nothing written here.
+        assert response.status_code == 403, response.content
+        assert response.json()["error"]["type"] == "step_up_required"
+        assert state() == before
+        return
     if caller in allowed:
         assert response.status_code in (200, 201), response.content
         return
@@ -97,28 +106,65 @@ def test_export_answers_yaml_for_the_policy_in_force_or_a_version(reviewer_api, 
     assert bad.status_code == 400 and "version must be a number" in bad.json()["error"]["message"]
 
 
+def applied_in_console(admin_user, refusal) -> str:
+    """Follow an apply's step-up refusal as its admin would: the console page, then apply."""
+    url = urlsplit(refusal.json()["error"]["url"])
+    assert url.path == "/manage/policy/apply/"
+    console = logged_in(admin_user)
+    page = console.get(url.path + "?" + url.query)
+    assert page.status_code == 200 and 'id="draft-kept"' in page.text
+    kept = page.context["form"].initial
+    done = console.post(
+        url.path,
+        {
+            "text": kept["text"],
+            "comment": kept["comment"],
+            "draft": page.context["draft"],
+            "intent": "apply",
+        },
+    )
+    assert done.status_code == 302, done.content
+    return page.text
+
+
 @pytest.mark.django_db
-def test_apply_puts_the_text_in_force_and_export_gives_it_back(admin_api, policy_yaml):
+def test_apply_keeps_the_text_for_the_console_where_it_goes_in_force(
+    admin_api, admin_user, policy_yaml
+):
     edited = policy_yaml.replace("high_risk_quorum: 2", "high_risk_quorum: 3")
-    response = admin_api.post(APPLY, {"text": edited, "comment": "three"}, format="json")
-    assert response.status_code == 201, response.content
-    assert response.json() == {
-        "version": 2,
-        "comment": "three",
-        "changes": {"high_risk_quorum": [2, 3]},
-    }
+    refused = admin_api.post(APPLY, {"text": edited, "comment": "three"}, format="json")
+    assert refused.status_code == 403, refused.content
+    assert refused.json()["error"]["type"] == "step_up_required"
+    assert "second factor" in refused.json()["error"]["message"]
+    assert PolicyVersion.objects.count() == 1
+    page = applied_in_console(admin_user, refused)
+    assert "high_risk_quorum: 2 → 3" in page  # what it changes, shown before it is applied
     assert admin_api.get(EXPORT).content.decode() == edited
     event = AuditEvent.objects.filter(verb="policy.updated").get()
     assert event.actor == "user:ada" and event.data["comment"] == "three"
 
 
 @pytest.mark.django_db
-def test_apply_takes_a_raw_yaml_body_with_the_comment_in_the_query(admin_api, policy_yaml):
+def test_a_kept_policy_is_for_its_author_alone(admin_api, policy_yaml, db):
+    from django.contrib.auth import get_user_model
+
+    refused = admin_api.post(APPLY, {"text": policy_yaml, "comment": "mine"}, format="json")
+    other = get_user_model().objects.create_superuser("grace", "g@example.com", "pw-grace")
+    url = urlsplit(refused.json()["error"]["url"])
+    page = logged_in(other).get(url.path + "?" + url.query)
+    assert page.status_code == 200 and 'id="draft-gone"' in page.text
+
+
+@pytest.mark.django_db
+def test_apply_takes_a_raw_yaml_body_with_the_comment_in_the_query(
+    admin_api, admin_user, policy_yaml
+):
     edited = policy_yaml.replace("review_timeout_minutes: 60", "review_timeout_minutes: 30")
-    response = admin_api.generic(
+    refused = admin_api.generic(
         "POST", APPLY + "?comment=shorter", edited.encode(), content_type="application/yaml"
     )
-    assert response.status_code == 201, response.content
+    assert refused.status_code == 403, refused.content
+    applied_in_console(admin_user, refused)
     assert current_policy().review_timeout_minutes == 30
     assert PolicyVersion.objects.get(version=2).comment == "shorter"
 
@@ -192,8 +238,8 @@ def test_simulate_answers_the_moves_and_saves_nothing(reviewer_api, agent, polic
 
 
 @pytest.mark.django_db
-def test_versions_lists_every_version_newest_first(reviewer_api, admin_api, policy_yaml):
-    admin_api.post(APPLY, {"text": policy_yaml, "comment": "again"}, format="json")
+def test_versions_lists_every_version_newest_first(reviewer_api, admin_user, policy_yaml):
+    policy_text.apply_text(policy_yaml, admin_user, "again")
     versions = reviewer_api.get(VERSIONS).json()["versions"]
     assert [(v["version"], v["created_by"], v["comment"]) for v in versions] == [
         (2, "ada", "again"),

@@ -24,7 +24,8 @@ from approvals.notify.tasks import send_delivery
 from audit.models import AuditEvent
 from console.celery import app as celery_app
 from tests.approvals.test_cascade import HIGH, MEDIUM, propose
-from tests.conftest import client_for, use_policy
+from tests.conftest import client_for, use_policy, with_fresh_factor
+from tests.console.conftest import logged_in
 from tests.standins import action_ids, blocks_text
 
 from .slack_support import (
@@ -479,3 +480,27 @@ def test_an_update_overtaken_by_a_newer_state_is_followed_by_the_newer_one(pendi
     assert "Rejected" in blocks_text(shown) and action_ids(shown) == []
     notifier._catch_up(message, render(load(pending["id"]), reviewable=True))
     assert len(routed.called("chat.update")) == 1  # nothing moved: nothing sent
+
+
+@pytest.mark.django_db
+def test_a_high_risk_approval_from_slack_is_sent_to_the_console_to_step_up(
+    agent_api, routed, reviewer, eager_tasks, settings
+):
+    settings.STEP_UP_MIN_RISK = 7  # the default: on for this test
+    with eager_tasks(execute=True):
+        proposal = propose(agent_api, HIGH)
+    link(reviewer, "U100")
+    with eager_tasks(execute=True):
+        response = send(click(routed, "airlock_approve", proposal["id"]))
+    assert response.status_code == 200
+    assert Proposal.objects.get(pk=proposal["id"]).status == "pending"
+    [reply] = routed.called("response_url")
+    assert "second factor" in reply["text"]
+    url = f"/proposals/{proposal['id']}/approve/"
+    assert f"{settings.SITE_URL}{url}" in reply["text"]
+    console = logged_in(reviewer, stepped_up=False)  # the link, opened in the console
+    assert console.post(url, {"comment": "from slack"})["Location"].startswith("/step-up/")
+    assert Proposal.objects.get(pk=proposal["id"]).approvals_count == 0
+    with eager_tasks(execute=True):
+        with_fresh_factor(console, reviewer).post(url, {"comment": "from slack"})
+    assert Proposal.objects.get(pk=proposal["id"]).approvals_count == 1

@@ -111,7 +111,7 @@ def login(browser, server, csp_violations) -> Iterator[Callable]:
             ),
         )
         page.goto(server.base + "/login/")
-        page.fill("#id_username", username)
+        page.fill("#id_login", username)
         page.fill("#id_password", DEMO_PASSWORD)
         page.click("button[type=submit]")
         page.wait_for_url(lambda url: url in (server.base + "/", server.base + "/overview/"))

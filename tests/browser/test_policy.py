@@ -1,8 +1,12 @@
-"""The policy editor in a real browser: edit a threshold, preview what moves, save."""
+"""The policy editor in a real browser: edit a threshold, preview what moves, confirm it's
+you, save."""
 
 from __future__ import annotations
 
+import pyotp
 import pytest
+
+from .steps import enrol_totp, step_up_with_totp
 
 pytestmark = pytest.mark.browser
 
@@ -17,8 +21,11 @@ def test_an_admin_previews_a_threshold_change_then_saves_it(server, login):
 
     page = login("admin")
     assert page.url == server.base + "/overview/"
+    secret = enrol_totp(page, server.base)
+    used = {pyotp.TOTP(secret).now()}
+    page.goto(server.base + "/overview/")
     page.click("nav >> text=Policy")
-    page.wait_for_url("**/manage/policy/")
+    page.wait_for_url("**/manage/policy/")  # reading and previewing need no second factor
     assert "version 1 in force" in page.inner_text("h1")
     page.fill("#id_high_risk_at", str(score))  # from this score on, two reviewers
     page.click("#preview-policy")
@@ -36,6 +43,11 @@ def test_an_admin_previews_a_threshold_change_then_saves_it(server, login):
 
     page.fill("#id_comment", f"two reviewers from risk {score}")
     page.click("#save-policy")
+    page.wait_for_url("**/step-up/**")  # putting it in force does
+    step_up_with_totp(page, secret, used)
+    page.wait_for_url("**/manage/policy/apply/?draft=*")  # the draft, kept
+    assert f"high_risk_at: 7 → {score}" in page.inner_text("#apply-changes")
+    page.click("#apply-submit")
     page.wait_for_selector(".message-success")
     assert "Policy version 2 is now in force." in page.inner_text(".messages")
     assert "version 2 in force" in page.inner_text("h1")

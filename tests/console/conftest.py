@@ -11,6 +11,7 @@ from django.utils import timezone
 from approvals.choices import ProposalStatus
 from approvals.models import Proposal
 from executions.models import Execution
+from tests.conftest import with_fresh_factor
 
 
 @pytest.fixture(autouse=True)
@@ -64,10 +65,11 @@ def execution(agent):
     return execution
 
 
-def logged_in(user) -> Client:
+def logged_in(user, stepped_up: bool = True) -> Client:
+    """A browser of ``user``, signed in; ``stepped_up``: with a second factor proved just now."""
     client = Client()
     client.force_login(user)
-    return client
+    return with_fresh_factor(client, user) if stepped_up else client
 
 
 @pytest.fixture

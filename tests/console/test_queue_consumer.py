@@ -13,28 +13,11 @@ from console.asgi import application
 
 from .conftest import pending_proposal
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _in_memory_layer(settings):
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
     # The fragments are the subject here, not the embedded layer's polling.
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    from channels.layers import channel_layers
-
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
-
-
-@pytest.fixture(autouse=True)
-async def _close_consumer_connections():
-    # Consumers query from the sync-to-async worker thread; close its connection
-    # so the test database can be dropped at the end (PostgreSQL refuses otherwise).
-    yield
-    from django.db import connections
-
-    await database_sync_to_async(connections.close_all)()
+    pytest.mark.usefixtures("in_memory_channel_layer", "consumer_connections_closed"),
+]
 
 
 async def connect(user, query: str = "") -> WebsocketCommunicator:

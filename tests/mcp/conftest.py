@@ -88,7 +88,8 @@ class Served:
 @pytest.fixture(scope="package")
 def served(tmp_path_factory) -> Iterator[Served]:
     data = tmp_path_factory.mktemp("airlock") / "data"
-    server = start_server(data)
+    # Reviewers decide with their tokens here: an install that turned step-up off.
+    server = start_server(data, extra_env={"STEP_UP_MIN_RISK": "11"})
     yield Served(server, data)
     server.stop()
 

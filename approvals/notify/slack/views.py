@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from slack_sdk.errors import SlackClientError
 from slack_sdk.signature import SignatureVerifier
 
+from accounts.stepup import Authentication
 from approvals.choices import DecisionKind
 from approvals.core import services
 from approvals.notify.slack import REPLY_TASK, client, linking
@@ -28,6 +29,7 @@ from infrastructure.enqueue import enqueue
 from infrastructure.rest.errors import json_error
 
 log = logging.getLogger(__name__)
+SLACK = Authentication(via="slack")  # a button carries no second factor
 
 STALE_SECONDS = 5 * 60
 
@@ -136,9 +138,9 @@ def _clicked(payload: dict) -> HttpResponse:
         _answer_later(response_url, linking.how_to_link())
     elif action_id == APPROVE:
         try:
-            services.decide(proposal_id, person, DecisionKind.APPROVE, via="slack")
+            services.decide(proposal_id, person, DecisionKind.APPROVE, authentication=SLACK)
         except services.ProposalError as exc:
-            _answer_later(response_url, exc.message)
+            _answer_later(response_url, _said(exc))
     else:
         _ask_for_a_comment(payload, proposal_id, response_url)
     return HttpResponse(status=200)
@@ -172,11 +174,18 @@ def _submitted(payload: dict) -> HttpResponse:
             person,
             DecisionKind.REJECT,
             comment[:4000] if isinstance(comment, str) else "",
-            via="slack",
+            authentication=SLACK,
         )
     except services.ProposalError as exc:
+        if exc.url:
+            return _field_error("It needs a fresh second factor: decide it in the console.")
         return _field_error(exc.message)
     return HttpResponse(status=200)  # an empty answer closes the modal
+
+
+def _said(exc: services.ProposalError) -> str:
+    """A refusal as Slack shows it, with the console's page that completes it, if any."""
+    return f"{exc.message}: {exc.url}" if exc.url else exc.message
 
 
 def _field_error(message: str) -> JsonResponse:

@@ -9,15 +9,21 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts.access import admin_required
+from accounts.stepup import fresh_factor_required
 from approvals.core import tokens
 from approvals.models import Agent
 from approvals.review import forms
 from audit.services import actor_label
 
+KEPT_FIELDS = ("name", "capabilities", "owner")
+
 
 @admin_required
+@fresh_factor_required(keep=KEPT_FIELDS, purpose="Create an agent and its token")
 def agents(request: HttpRequest) -> HttpResponse:
-    form = forms.AgentCreateForm(request.POST or None)
+    """The agents; a new one's form (filled again from the query after a step-up)."""
+    kept = {name: request.GET[name] for name in KEPT_FIELDS if name in request.GET}
+    form = forms.AgentCreateForm(request.POST or None, initial=kept)
     new_token = ""
     if request.method == "POST" and form.is_valid():
         try:
@@ -43,6 +49,10 @@ def agents(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @admin_required
+@fresh_factor_required(
+    then=lambda request, pk, operation: reverse("console:agents"),
+    purpose="Change an agent: its token or its capabilities",
+)
 def agent_action(request: HttpRequest, pk: int, operation: str) -> HttpResponse:
     agent = get_object_or_404(Agent, pk=pk)
     actor = actor_label(request.user)

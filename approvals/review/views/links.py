@@ -7,6 +7,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
+from accounts import stepup
 from approvals.core import services
 from approvals.notify import review_links
 from approvals.review import forms
@@ -27,6 +28,7 @@ def _link_page(request: HttpRequest, link, error: str = "", status: int = 200) -
         "code_blocks": highlighted(proposal),
         "parameters_json": other_parameters(proposal),
         "error": error,
+        "step_up": stepup.needed_for_risk(proposal.risk_score),
     }
     return render(request, "approvals/review_link.html", context, status=status)
 
@@ -60,7 +62,8 @@ def review_link(request: HttpRequest, token: str) -> HttpResponse:
     except review_links.LinkRefused as refusal:
         return _refused(request, refusal)
     except services.ProposalError as exc:
-        return _link_page(request, link, exc.message, STATUS_FOR_ERROR.get(exc.kind, 400))
+        status = 403 if exc.url else STATUS_FOR_ERROR.get(exc.kind, 400)
+        return _link_page(request, link, exc.message, status)
     proposal = proposal_for_page(link.proposal_id)
     context = {"proposal": proposal, "reviewer": link.reviewer, "done": kind}
     return render(request, "approvals/review_link.html", context)

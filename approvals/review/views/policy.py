@@ -9,8 +9,10 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from rest_framework import serializers
 
+from accounts import stepup
 from accounts.access import admin_required
-from approvals.policy import simulation, suggestions
+from accounts.stepup import Authentication
+from approvals.policy import drafts, simulation, suggestions
 from approvals.policy import text as policy_text
 from approvals.policy.models import PolicyVersion
 from approvals.policy.rules import (
@@ -54,7 +56,11 @@ def _valid(policy_forms: dict) -> bool:
 
 @admin_required
 def policy_editor(request: HttpRequest) -> HttpResponse:
-    """The editor: save a new version, or preview the draft against history first."""
+    """The editor: save a new version, or preview the draft against history first.
+
+    Saving needs a fresh second factor; without one the draft is kept and shown,
+    after the step-up, on the apply page, ready to put in force.
+    """
     policy = current_policy()
     preview_form = forms.PreviewForm(request.POST or None)
     context = {"policy": policy, "preview_form": preview_form, "errors": [], "preview": None}
@@ -67,6 +73,8 @@ def policy_editor(request: HttpRequest) -> HttpResponse:
             context["changes"] = describe_diff(policy.as_data(), document)
         elif document is not None:
             comment = policy_forms["settings"].cleaned_data["comment"]
+            if not Authentication.of_session(request).fresh():
+                return _step_up_then_apply(request, policy_text.export_text(document), comment)
             try:
                 version = update_policy(document, request.user, comment)
             except serializers.ValidationError as exc:
@@ -206,3 +214,51 @@ def _flatten(detail, prefix: str = "") -> list[str]:
         ]
     label = "" if prefix == "non_field_errors" else prefix
     return [f"{label}: {detail}" if label else str(detail)]
+
+
+def _step_up_then_apply(request: HttpRequest, text: str, comment: str) -> HttpResponse:
+    """Keep the policy being put in force, and ask for a fresh factor before the apply page."""
+    key = drafts.keep(text, comment, request.user)
+    return stepup.ask(
+        request,
+        reverse("console:policy-apply") + "?" + urlencode({"draft": key}),
+        "Put a new policy in force",
+    )
+
+
+@admin_required
+def policy_apply(request: HttpRequest) -> HttpResponse:
+    """Policy as code in the console: a YAML policy (pasted, or sent over the API and kept
+    for its author), what it would change, and putting it in force."""
+    key = request.GET.get("draft") or request.POST.get("draft") or ""
+    draft = drafts.find(key, request.user)
+    initial = {"text": draft["text"], "comment": draft["comment"]} if draft else None
+    form = forms.PolicyTextForm(request.POST or None, initial=initial)
+    context = {"form": form, "draft": key if draft else "", "rows": [], "errors": []}
+    context["draft_gone"] = bool(key) and draft is None
+    text = form.cleaned_data["text"] if request.method == "POST" and form.is_valid() else None
+    if text is None and draft and request.method == "GET":
+        text = draft["text"]
+    if text is not None:
+        try:
+            document = policy_text.parse(text)
+        except policy_text.PolicyTextError as exc:
+            context["errors"] = exc.problems
+        else:
+            if request.method == "POST" and request.POST.get("intent") == "apply":
+                if not Authentication.of_session(request).fresh():
+                    drafts.forget(key)
+                    return _step_up_then_apply(request, text, form.cleaned_data["comment"])
+                try:
+                    version = update_policy(document, request.user, form.cleaned_data["comment"])
+                except serializers.ValidationError as exc:
+                    context["errors"] = _flatten(exc.detail)
+                else:
+                    drafts.forget(key)
+                    messages.success(request, f"Policy version {version.version} is now in force.")
+                    return redirect("console:policy")
+            in_force = policy_text.export_text(current_policy().as_data())
+            context["rows"] = policy_text.side_by_side(in_force, policy_text.export_text(document))
+            context["changes"] = describe_diff(current_policy().as_data(), document)
+    status = 400 if context["errors"] or form.errors else 200
+    return render(request, "approvals/policy_apply.html", context, status=status)

@@ -12,11 +12,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString, mark_safe
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import BashLexer, JavascriptLexer, PythonLexer, TextLexer
 
+from accounts import stepup
 from accounts.access import reviewer_required
 from accounts.roles import is_admin
 from approvals.choices import DecisionKind
@@ -133,19 +134,35 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "approvals/detail.html", context)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @reviewer_required
 def decide(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
+    """POST: decide. GET: the page that completes a decision begun elsewhere (a mail, Slack,
+    a token) or before a step-up: the proposal, the decision asked for, its comment kept."""
+    if kind not in DecisionKind.values:
+        return render(request, "console/404.html", status=404)
+    if request.method == "GET":
+        return _confirm_page(request, pk, kind)
     form = forms.DecisionForm(request.POST)
     comment = form.cleaned_data["comment"] if form.is_valid() else ""
     error, status = "", 200
     if not form.is_valid():
         error, status = "the comment is too long", 400
     else:
+        how = stepup.Authentication.of_session(request)
         try:
-            services.decide(pk, request.user, kind, comment)
+            services.decide(pk, request.user, kind, comment, authentication=how)
         except services.ProposalError as exc:
+            if exc.kind == "step_up_required":
+                request.session[_kept_comment(pk, kind)] = comment
+                return stepup.ask(
+                    request,
+                    reverse("console:decide", args=[pk, kind]),
+                    _decision_purpose(pk, kind),
+                )
             error, status = exc.message, STATUS_FOR_ERROR.get(exc.kind, 400)
+        else:
+            request.session.pop(_kept_comment(pk, kind), None)
     if not error and not request.htmx:
         verb = "approved" if kind == DecisionKind.APPROVE else "rejected"
         messages.success(request, f"You {verb} proposal {pk}.")
@@ -161,6 +178,32 @@ def decide(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
         parameters_json=other_parameters(proposal),
     )
     return render(request, "approvals/detail.html", context, status=status)
+
+
+def _decision_purpose(pk: int, kind: str) -> str:
+    proposal = Proposal.objects.only("summary", "action", "risk_score").get(pk=pk)
+    verb = "Approve" if kind == DecisionKind.APPROVE else "Reject"
+    return (
+        f"{verb} proposal {pk}, risk {proposal.risk_score}: {proposal.summary or proposal.action}"
+    )
+
+
+def _kept_comment(pk: int, kind: str) -> str:
+    return f"airlock_decision_comment_{pk}_{kind}"
+
+
+def _confirm_page(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
+    proposal = proposal_for_page(pk)
+    context = {
+        **proposal_context(proposal, request.user),
+        "code_blocks": highlighted(proposal),
+        "parameters_json": other_parameters(proposal),
+        "confirm_kind": kind,
+        "kept_comment": request.session.get(_kept_comment(pk, kind), ""),
+        "step_up_needed": stepup.needed_for_risk(proposal.risk_score)
+        and not stepup.Authentication.of_session(request).fresh(),
+    }
+    return render(request, "approvals/detail.html", context)
 
 
 def _next_url(request: HttpRequest) -> str | None:

@@ -91,6 +91,7 @@ class Command(BaseCommand):
         listeners = _listen(host, port, web_processes)
         self._prepare_dirs()
         call_command("migrate", interactive=False, verbosity=0)
+        call_command("createcachetable", verbosity=0)  # the embedded deployment's shared cache
         self._print_sandbox()
         if demo:
             self._print_demo(address)
@@ -156,6 +157,9 @@ class Command(BaseCommand):
 
         demo = ensure_demo()
         password = next(iter(demo["users"].values()))
+        needed = "to change the policy, agents or roles"
+        if settings.STEP_UP_MIN_RISK <= 10:
+            needed = f"to decide a proposal of risk {settings.STEP_UP_MIN_RISK}+ and {needed}"
         lines = ["", f"Demo accounts (password for each: {password}):"]
         lines += [f"  {name}" for name in demo["users"]]
         lines += [
@@ -165,6 +169,12 @@ class Command(BaseCommand):
             f"  curl -s -X POST {address}/api/v1/proposals \\",
             f"    -H 'Authorization: Bearer {demo['token']}' -H 'Content-Type: application/json' \\",
             """    -d '{"action": "script.execute", "parameters": {"language": "python", "code": "print(\\"hi\\")"}}'""",
+            "Second factors: each person adds a passkey or an authenticator app at",
+            f"  {address}/profile/security/ (needed {needed}).",
+            "Single sign-on: set OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET and"
+            " OIDC_REVIEWER_GROUPS (README: Sign-in, SSO and MFA)."
+            if not settings.OIDC_PROVIDER_IDS
+            else f"Single sign-on through: {', '.join(settings.OIDC_PROVIDER_IDS)}.",
             "",
         ]
         self.stdout.write("\n".join(lines))

@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+
+
+class AccountsConfig(AppConfig):
+    name = "accounts"
+    verbose_name = "Accounts"
+
+    def ready(self) -> None:
+        from accounts import signins
+
+        signins.connect()
