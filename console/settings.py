@@ -421,6 +421,8 @@ SESSION_MAX_HOURS = env_int("SESSION_MAX_HOURS", 12, minimum=1)
 SESSION_COOKIE_AGE = SESSION_MAX_HOURS * 3600
 # A decision on a proposal of at least this risk (11: none), a policy change,
 # a new token and a change of roles need a second factor this recent.
+# How often an open websocket checks that its session or token still signs someone in.
+WEBSOCKET_AUTH_CHECK_SECONDS = env_int("WEBSOCKET_AUTH_CHECK_SECONDS", 30, minimum=1)
 STEP_UP_MIN_RISK = env_int("STEP_UP_MIN_RISK", 7, minimum=0, maximum=11)
 STEP_UP_SECONDS = env_int("STEP_UP_SECONDS", 300, minimum=30, maximum=86_400)
 

@@ -25,6 +25,15 @@
   }
   setInterval(tick, 1000);
 
+  // ---- the session ended while a live view was open -----------------------
+  // The server closes the socket with 4401 (signed out, idle, too old, token
+  // revoked): reload, and the sign-in page says why.
+  var SIGNED_OUT = 4401;
+  document.addEventListener("htmx:wsClose", function (event) {
+    var close = event.detail && event.detail.event;
+    if (close && close.code === SIGNED_OUT) location.reload();
+  });
+
   // ---- queue selection (survives live re-renders) ------------------------
   var selectedId = null;
   function rows() { return Array.prototype.slice.call(document.querySelectorAll("#queue-list tr[data-proposal]")); }
@@ -238,7 +247,8 @@
     };
     socket.onclose = function (event) {
       if (self.finished) return;
-      if (event.code === 4401 || event.code === 4403 || event.code === 4404) {
+      if (event.code === SIGNED_OUT) { location.reload(); return; }
+      if (event.code === 4403 || event.code === 4404) {
         self.setState("not allowed to watch (" + event.code + ")", "closed");
         return;
       }
