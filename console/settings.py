@@ -440,7 +440,7 @@ def oidc_provider(prefix: str, provider_id: str) -> dict:
         raise ImproperlyConfigured(f"{prefix}ISSUER={issuer!r} is not an http(s) URL")
     return {
         "provider_id": provider_id,
-        "name": env(f"{prefix}NAME", provider_id.replace("_", " ").title()),
+        "name": env(f"{prefix}NAME", provider_id.replace("_", " ").title().replace("Sso", "SSO")),
         "client_id": client_id,
         "secret": secret,
         "settings": {

@@ -50,6 +50,7 @@ def test_one_provider_from_oidc_issuer_with_safe_defaults():
         OIDC_REVIEWER_GROUPS="ops, sre",
     )
     assert sso["provider_id"] == "sso" and sso["server_url"] == "https://idp.example.com"
+    assert sso["name"] == "SSO"  # the button: "Sign in with SSO"
     assert sso["oauth_pkce_enabled"] is True and sso["scope"] == ["openid", "profile", "email"]
     assert sso["reviewer_groups"] == ["ops", "sre"] and sso["admin_groups"] == []
     assert sso["groups_claim"] == "groups" and sso["step_up"] == "auto"
