@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Screenshots of the console for the README: the queue, a proposal, a live execution,
-the overview and the policy editor's preview.
+the overview, the policy editor's preview, the sign-in page with single sign-on and
+the step-up prompt.
 
 Starts the embedded deployment on a free port with a throw-away data dir,
 writes two weeks of made-up history into its database (for the overview and
@@ -24,9 +25,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.browser.steps import enrol_totp  # noqa: E402
 from tests.serving import DEMO_PASSWORD, FOREIGN_ENV, start_server  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
+# A provider for the sign-in page's button (it is not asked anything until someone clicks).
+SSO = {
+    "OIDC_ISSUER": "https://sso.example.com",
+    "OIDC_CLIENT_ID": "airlock",
+    "OIDC_CLIENT_SECRET": "screenshots",
+    "OIDC_NAME": "Acme SSO",
+    "OIDC_REVIEWER_GROUPS": "airlock-reviewers",
+}
+NAMES = ("queue", "proposal", "execution", "sign-in", "step-up", "overview", "policy-preview")
 VIEWPORT = {"width": 1280, "height": 800}
 
 PROPOSALS = [
@@ -141,11 +152,12 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     data_dir = Path(tempfile.mkdtemp(prefix="airlock-shots-")) / "data"
-    server = start_server(data_dir)
+    server = start_server(data_dir, extra_env=SSO)
     try:
         seed_history(data_dir)
-        for code, reason in PROPOSALS:
-            server.propose_script(code, reason=reason)
+        proposed = [server.propose_script(code, reason=reason) for code, reason in PROPOSALS]
+        risky = max(proposed, key=lambda proposal: proposal["risk"]["score"])
+        assert risky["risk"]["score"] >= 7, risky
         live = server.propose_script(LIVE, reason="see which cache directories grew")
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
@@ -156,9 +168,8 @@ def main() -> None:
             page = browser.new_page(viewport=VIEWPORT)
             page.on("dialog", lambda dialog: dialog.accept())
             page.goto(server.base + "/login/")
-            page.fill("#id_username", "reviewer")
-            page.fill("#id_password", DEMO_PASSWORD)
-            page.click("button[type=submit]")
+            page.screenshot(path=str(out / "sign-in.png"))
+            sign_in(page, "reviewer")
             page.wait_for_selector(f"#proposal-row-{live['id']}")
             page.keyboard.press("j")
             page.screenshot(path=str(out / "queue.png"))
@@ -169,25 +180,35 @@ def main() -> None:
             page.wait_for_selector("#execution-link")
             page.click("#execution-link")
             page.wait_for_function(
-                "document.querySelector('#terminal').textContent.split('\\n').length > 12"
+                "() => document.querySelector('#terminal').textContent.split('\\n').length > 12"
             )
             time.sleep(0.3)
             page.screenshot(path=str(out / "execution.png"))
+
+            enrol_totp(page, server.base)
+            page.goto(f"{server.base}/proposals/{risky['id']}/")
+            page.click("#approve-button")
+            page.wait_for_selector("#step-up-totp")
+            page.screenshot(path=str(out / "step-up.png"))
             admin_pages(browser, server.base, out)
             browser.close()
     finally:
         server.stop()
-    for name in ("queue", "proposal", "execution", "overview", "policy-preview"):
+    for name in NAMES:
         print(out / f"{name}.png")
+
+
+def sign_in(page, username: str) -> None:
+    page.fill("#id_login", username)
+    page.fill("#id_password", DEMO_PASSWORD)
+    page.click("#password-submit")
 
 
 def admin_pages(browser, base: str, out: Path) -> None:
     """The admin's landing page, and the preview of a raised auto-approve threshold."""
     page = browser.new_page(viewport=VIEWPORT)
     page.goto(base + "/login/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", DEMO_PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, "admin")
     page.wait_for_url(base + "/overview/")
     page.wait_for_selector("#chart-per-day rect")
     page.screenshot(path=str(out / "overview.png"))
