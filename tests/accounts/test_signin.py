@@ -102,6 +102,27 @@ def test_a_totp_app_is_enrolled_and_then_asked_for_at_every_sign_in(
     assert (last["method"], last["factor"], last["fresh"]) == ("password", "totp", True)
 
 
+def test_a_recovery_code_signs_in_once_when_the_phone_is_lost(reviewer):
+    from allauth.mfa.models import Authenticator
+
+    client, _ = sign_in("rita", REVIEWER_PASSWORD)
+    enrol_totp(client)
+    codes = (
+        Authenticator.objects.get(user=reviewer, type=Authenticator.Type.RECOVERY_CODES)
+        .wrap()
+        .get_unused_codes()
+    )
+    assert len(codes) >= 8
+    fresh, _ = sign_in("rita", REVIEWER_PASSWORD)
+    done = fresh.post("/accounts/2fa/authenticate/", {"code": codes[0]})
+    assert done.status_code == 302 and fresh.get("/queue/").status_code == 200
+    last = verbs("signin.succeeded")[-1][1]["auth"]
+    assert last["factor"] == "recovery_codes"
+    again, _ = sign_in("rita", REVIEWER_PASSWORD)
+    spent = again.post("/accounts/2fa/authenticate/", {"code": codes[0]})
+    assert spent.status_code == 200 and again.get("/queue/").status_code == 302
+
+
 def test_too_many_wrong_codes_lock_the_second_step_too(reviewer, settings):
     client, _ = sign_in("rita", REVIEWER_PASSWORD)
     secret = enrol_totp(client)
