@@ -52,7 +52,7 @@ def login(stack: Stack) -> requests.Session:
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
     response = browser.post(
         f"{stack.url}/login/",
-        data={"username": "reviewer", "password": "airlock-demo", "csrfmiddlewaretoken": token},
+        data={"login": "reviewer", "password": "airlock-demo", "csrfmiddlewaretoken": token},
         timeout=10,
     )
     assert response.ok and "/login/" not in response.url, response.url
