@@ -145,7 +145,7 @@ def test_the_keyboard_moves_through_the_queue_and_rejects_after_a_confirm(server
     page.wait_for_function(
         "() => { const r = document.querySelector('tr.selected');"
         " return r && getComputedStyle(r).outlineStyle === 'solid'; }",
-        timeout=5000,
+        timeout=15_000,  # a loaded machine settles the re-render late
     )
     page.keyboard.press("k")
     assert page.get_attribute("tr.selected", "data-proposal") == ids[0]
