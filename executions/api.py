@@ -13,7 +13,7 @@ from audit.services import actor_label
 from infrastructure.prepared import Prepared
 from infrastructure.rest.errors import ApiError, get_or_404
 
-from . import services
+from . import listing, services
 from .models import Execution, OutputChunk
 
 OUTPUT_PAGE_MAX = 1000
@@ -147,6 +147,21 @@ def execution_data(user, pk: int) -> dict:
     execution.read_proposal_id = row["read_proposal_id"]
     execution.read_streams = joined_streams(_chunk_rows.rows(pk=pk))
     return _execution_serializer.to_representation(execution)
+
+
+class Executions(APIView):
+    @extend_schema(
+        parameters=listing.list_parameters(),
+        responses={200: listing.PAGE, **listing.LIST_ERRORS},
+        operation_id="executions_list",
+        summary="List executions",
+        description="Reviewers see every execution, an agent those of its own proposals. "
+        "Newest first; filters combine; `next_cursor` reads on. Without the output: "
+        "read one execution for its stdout and stderr.",
+    )
+    def get(self, request):
+        may_see_executions(request.user)
+        return Response(listing.executions_page(request.user, request.query_params))
 
 
 class ExecutionDetail(APIView):

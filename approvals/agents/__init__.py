@@ -1,6 +1,7 @@
 """The agents' interface: the REST API under ``/api/v1/``, MCP, waiting, token authentication.
 
-Owns the proposal and sandbox endpoints (``api``), the URLs of the app's
+Owns the proposal and sandbox endpoints (``api``), the proposals list
+(``listing``), the URLs of the app's
 API (``urls``, the policy's endpoints with them), long-polls that wait
 without a thread (``waiting``), bearer tokens (``authentication``) and the
 MCP server (``mcp/``). Endpoints parse input, check access and call one

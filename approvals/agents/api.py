@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from accounts import stepup
 from accounts.roles import is_agent, is_reviewer
+from approvals.agents import listing
 from approvals.choices import CHANGE, UNTIL, DecisionKind, ProposalStatus, Urgency
 from approvals.core import services
 from approvals.models import Decision, Proposal
@@ -177,7 +178,24 @@ WAIT_PARAMETERS = [
 ]
 
 
-class ProposalCreate(APIView):
+class Proposals(APIView):
+    @extend_schema(
+        parameters=listing.list_parameters(),
+        responses={200: listing.page_serializer(ProposalSerializer), **listing.LIST_ERRORS},
+        examples=listing.LIST_EXAMPLES,
+        operation_id="proposals_list",
+        summary="List proposals",
+        description="Reviewers and admins see every proposal, an agent its own. Filters "
+        "combine (all must hold); a page holds at most `limit` proposals and `next_cursor` "
+        "reads on. `status=pending` alone orders by risk, then age: the queue as reviewers "
+        "see it. With `since_id` and `wait` a bot hears of new proposals as they come.",
+    )
+    def get(self, request):
+        may_read_proposals(request.user)
+        return Response(
+            listing.proposals_page(request.user, request.query_params, PROPOSAL_FIELDS, represent)
+        )
+
     @extend_schema(
         request=services.EnvelopeSerializer,
         parameters=WAIT_PARAMETERS,

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from approvals.agents import api
-from approvals.agents.waiting import long_poll
+from approvals.agents.waiting import long_poll, wait_for_rows
 from approvals.policy import api as policy_api
 
 app_name = "approvals-api"
@@ -9,7 +9,9 @@ app_name = "approvals-api"
 urlpatterns = [
     path(
         "proposals",
-        long_poll(api.ProposalCreate.as_view(), read_again=api.proposal_data),
+        wait_for_rows(
+            long_poll(api.Proposals.as_view(), read_again=api.proposal_data, methods=("POST",))
+        ),
         name="create",
     ),
     path("proposals/<int:pk>", long_poll(api.ProposalDetail.as_view()), name="detail"),

@@ -83,12 +83,38 @@ class ProposalWatcher:
         self.interval = interval
         self.linger = LINGER_SECONDS
         self._waiters: dict[int, dict[asyncio.Future, Fingerprint]] = defaultdict(dict)
+        self._lists: set[asyncio.Future] = set()  # list calls: woken by any change, or a tick
         self._task: asyncio.Task | None = None
         self._kick = asyncio.Event()
 
     @property
     def watching(self) -> int:
-        return sum(len(w) for w in self._waiters.values())
+        return sum(len(w) for w in self._waiters.values()) + len(self._lists)
+
+    async def any_change(self, timeout: float) -> bool:
+        """True at the next broadcast change of any proposal or execution, or at the next
+        safety tick (broadcasts are at-most-once: the caller reads to know); False after
+        ``timeout`` seconds."""
+        future = asyncio.get_running_loop().create_future()
+        self._lists.add(future)
+        self._start()
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._lists.discard(future)
+            if not self._waiters and not self._lists:
+                self._kick.set()
+
+    def _start(self) -> None:
+        if self._task is None:
+            # A context of its own, not the first waiting request's (see the
+            # channel layer's poller: a request's executor ends with it).
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="proposal-watcher", context=contextvars.Context()
+            )
 
     async def wait_for_change(self, pk: int, seen: Fingerprint, timeout: float) -> bool:
         """True when the proposal changed from ``seen`` within ``timeout`` seconds."""
@@ -101,12 +127,7 @@ class ProposalWatcher:
         future = asyncio.get_running_loop().create_future()
         self._waiters[pk][future] = seen
         self._kick.set()  # read soon: it may have changed since the caller's read
-        if self._task is None:
-            # A context of its own, not the first waiting request's (see the
-            # channel layer's poller: a request's executor ends with it).
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name="proposal-watcher", context=contextvars.Context()
-            )
+        self._start()
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
@@ -117,7 +138,7 @@ class ProposalWatcher:
                 waiting.pop(future, None)
                 if not waiting:
                     del self._waiters[pk]
-            if not self._waiters:
+            if not self._waiters and not self._lists:
                 self._kick.set()  # the watcher starts its linger (or ends) now
 
     async def _run(self) -> None:
@@ -132,7 +153,7 @@ class ProposalWatcher:
             while True:
                 self._kick.clear()
                 timeout = self.interval
-                if not self._waiters:
+                if not self._waiters and not self._lists:
                     idle_since = idle_since or time.monotonic()
                     left = idle_since + self.linger - time.monotonic()
                     if left <= 0:
@@ -140,7 +161,7 @@ class ProposalWatcher:
                     timeout = min(timeout, left)
                 else:
                     idle_since = None
-                    if not self._wake_named(message):
+                    if self._waiters and not self._wake_named(message):
                         try:
                             watched = list(self._waiters)
                             current = await loop.run_in_executor(executor, _read, watched)
@@ -149,6 +170,7 @@ class ProposalWatcher:
                             current = {}
                         self._wake(current)
                 message = await changes.next(self._kick, timeout)
+                self._wake_lists()
         finally:
             # Before any await: a waiter that registers from now on starts a new watcher.
             if self._task is asyncio.current_task():
@@ -157,6 +179,11 @@ class ProposalWatcher:
             # Looked up on the watcher's thread: it closes that thread's connection.
             await loop.run_in_executor(executor, connections.close_all)
             executor.shutdown(wait=False)
+
+    def _wake_lists(self) -> None:
+        for future in self._lists:
+            if not future.done():
+                future.set_result(True)
 
     def _wake_named(self, message: dict | None) -> bool:
         """Wake the calls that ``message`` says saw an old state; False: read to know."""
@@ -266,7 +293,7 @@ def watcher() -> ProposalWatcher:
     return _watchers[loop]
 
 
-def long_poll(view, read_again=None):
+def long_poll(view, read_again=None, methods=("GET", "HEAD", "POST")):
     """Wrap a view that answers a proposal: with ``?wait=N`` hold its answer until a change.
 
     The view authenticates, validates ``wait`` and serializes. Under Airlock's
@@ -282,6 +309,7 @@ def long_poll(view, read_again=None):
 
     A view that makes the proposal (a POST) is not asked again: after it,
     ``read_again(user, pk)`` reads the proposal into the same response.
+    Only calls of ``methods`` wait (the other methods of the view answer a list).
     """
 
     def waiting_view(request, *args, **kwargs):
@@ -296,7 +324,7 @@ def long_poll(view, read_again=None):
                 return response  # not readable any more (say, the agent removed): as it was
         else:
             response = view(request, *args, **kwargs)
-        if request.method not in WAITING_METHODS or response.status_code not in (200, 201):
+        if request.method not in methods or response.status_code not in (200, 201):
             return response
         now = fingerprint_of(response.data)
         if state is None:
@@ -349,9 +377,6 @@ def long_poll(view, read_again=None):
     waiting_view.initkwargs = view.initkwargs
     waiting_view.csrf_exempt = True
     return waiting_view
-
-
-WAITING_METHODS = ("GET", "HEAD", "POST")
 
 
 @dataclass
@@ -410,3 +435,44 @@ def _release() -> None:
     """Close this request thread's connection while its call waits (never inside a transaction)."""
     if not connection.in_atomic_block:
         connection.close()
+
+
+def wait_for_rows(view):
+    """Wrap a list view: with ``?wait=N`` an empty page waits for a row that matches.
+
+    Like ``long_poll``, without a thread or a connection under Airlock's ASGI
+    handler: every broadcast change of a proposal or an execution (and the
+    watcher's safety tick) asks the view again, which answers once its page
+    has a row, or with the empty page when the time is up. The view validates
+    ``wait`` (``infrastructure.rest.listing.Filters``).
+    """
+
+    def waiting_view(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        if request.method != "GET" or response.status_code != 200 or response.data["items"]:
+            return response
+        deadline = getattr(request, "_list_deadline", None)
+        if deadline is None:
+            wait = float(request.GET.get("wait") or 0)
+            if not wait:
+                return response
+            deadline = request._list_deadline = time.monotonic() + wait
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return response
+
+        async def long_poll() -> bool:
+            return await watcher().any_change(left)
+
+        if getattr(request, WAITS_OFF_THREAD, False):
+            response.long_poll = long_poll
+            return response
+        _release()
+        if not async_to_sync(long_poll)():
+            return response
+        return waiting_view(request, *args, **kwargs)
+
+    waiting_view.cls = view.cls
+    waiting_view.initkwargs = view.initkwargs
+    waiting_view.csrf_exempt = True
+    return waiting_view

@@ -20,7 +20,7 @@ from approvals.agents import waiting
 from approvals.core import services
 from approvals.models import Proposal
 from executions.broadcast import PROPOSALS_GROUP, broadcast
-from tests.approvals.test_proposals_api import RISKY, propose
+from tests.approvals.test_proposals_api import PRINT_HI, RISKY, propose
 from tests.serving import free_port
 from tests.support import have, port_open, require, wait_for
 
@@ -491,3 +491,63 @@ def test_a_watcher_hears_messages_again_once_redis_is_back(agent, settings, monk
             return now
 
         assert asyncio.run(main()) == ("approved", 1, None, None)
+
+
+def test_a_list_waits_for_the_first_new_proposal_that_matches(agent_api, agent):
+    seen = services.submit(agent, RISKY).proposal.pk
+    query = f"/api/v1/proposals?status=pending&since_id={seen}"
+    later(0.3, lambda: services.submit(agent, PRINT_HI))  # approved at once: does not match
+    later(0.8, lambda: services.submit(agent, RISKY))
+    started = time.monotonic()
+    response = agent_api.get(f"{query}&wait=20")
+    took = time.monotonic() - started
+    [item] = response.json()["items"]
+    assert item["id"] > seen and item["status"] == "pending"
+    assert 0.7 < took < 10, took
+    started = time.monotonic()
+    assert agent_api.get(f"{query}&wait=20").json()["items"]  # a page with rows: at once
+    assert time.monotonic() - started < 2
+    started = time.monotonic()
+    response = agent_api.get(f"/api/v1/proposals?since_id={item['id']}&wait=1")
+    assert response.json() == {"items": [], "next_cursor": None}
+    assert 0.9 < time.monotonic() - started < 5
+
+
+def test_waiting_lists_hold_no_request_thread(agent_and_token):
+    """Three bots wait on the queue through a handler of one thread; a read still answers."""
+    from channels.testing import HttpCommunicator
+
+    from infrastructure.handler import OneHopASGIHandler
+
+    agent, token = agent_and_token
+    seen = services.submit(agent, RISKY).proposal.pk
+    app = OneHopASGIHandler(threads=1)
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())]
+
+    def get(path: str) -> HttpCommunicator:
+        return HttpCommunicator(app, "GET", path, headers=headers)
+
+    async def main():
+        waiters = [
+            asyncio.create_task(
+                get(f"/api/v1/proposals?since_id={seen}&wait=30").get_response(timeout=40)
+            )
+            for _ in range(3)
+        ]
+        await asyncio.sleep(0.5)
+        plain = await get(f"/api/v1/proposals/{seen}").get_response(timeout=10)
+        assert not any(w.done() for w in waiters), "a list answered without a new proposal"
+
+        def arrive():
+            services.submit(agent, RISKY)
+            connection.close()
+
+        await asyncio.to_thread(arrive)
+        answers = await asyncio.gather(*waiters)
+        await wind_down(waiting.watcher())
+        return plain, answers
+
+    plain, answers = asyncio.run(main())
+    assert plain["status"] == 200
+    assert [a["status"] for a in answers] == [200] * 3
+    assert all(b'"status":"pending"' in a["body"].replace(b" ", b"") for a in answers)
