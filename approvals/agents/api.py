@@ -457,7 +457,10 @@ def visible_sessions(user):
 
 
 class Sandboxes(APIView):
-    @extend_schema(responses=SandboxSerializer(many=True), summary="List sandbox sessions")
+    @extend_schema(
+        responses=inline_serializer("SandboxList", {"sandboxes": SandboxSerializer(many=True)}),
+        summary="List sandbox sessions (the newest 200)",
+    )
     def get(self, request):
         if is_agent(request.user):
             _agent_with(request, "sandbox.list")

@@ -94,8 +94,16 @@ class PolicyExport(APIView):
         parameters=[
             OpenApiParameter("version", int, description="a stored version; default: in force")
         ],
-        responses={(200, YAML_MEDIA_TYPE): OpenApiTypes.STR},
+        responses={
+            (200, YAML_MEDIA_TYPE): PolicySerializer,
+            **error_responses(
+                e400="validation_error: the version is not a number",
+                e403="permission_denied: neither a reviewer nor an admin",
+                e404="not_found: no such version",
+            ),
+        },
         summary="The policy as YAML (reviewers and admins)",
+        description="The document `POST /api/v1/policy/apply` takes, with comments.",
     )
     def get(self, request):
         _may_read(request.user)

@@ -140,8 +140,9 @@ def apply_text(text: str, user=None, comment: str = "", actor: str | None = None
 
 
 def _load(text: str) -> tuple[Node | None, object]:
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # refuses characters YAML does not allow (a control character)
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
@@ -151,7 +152,8 @@ def _load(text: str) -> tuple[Node | None, object]:
     except yaml.YAMLError as exc:
         raise PolicyTextError([f"not YAML: {exc}"]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return node, data
 
 

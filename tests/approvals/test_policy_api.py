@@ -255,3 +255,23 @@ def test_the_schema_documents_the_policy_endpoints(agent_api):
     for path in (EXPORT, APPLY, SIMULATE, VERSIONS):
         assert path in paths
     assert "application/yaml" in paths[APPLY]["post"]["requestBody"]["content"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (r"\u0015", "not YAML: unacceptable character #x0015"),
+        (r"allow:\n- kind: action\n  pattern: \u0007", "not YAML: unacceptable character #x0007"),
+        (r"*\udb27\udc96", "line 1, column 2: expected alphabetic or numeric character"),
+        (r"*\udb27", "text: Surrogate characters are not allowed: U+DB27."),
+    ],
+)
+def test_characters_yaml_does_not_allow_are_a_400_naming_them(reviewer_api, admin_api, text, says):
+    before = PolicyVersion.objects.count()
+    body = b'{"text": "' + text.encode() + b'"}'  # as JSON escapes: a lone surrogate too
+    for api, path in ((reviewer_api, SIMULATE), (admin_api, APPLY)):
+        response = api.generic("POST", path, body, content_type="application/json")
+        assert response.status_code == 400, response.content
+        assert response.json()["error"]["message"].startswith(says)
+    assert PolicyVersion.objects.count() == before
