@@ -171,16 +171,25 @@ def start_server(
     return Server(base=base, token=match.group(1), process=process, log=log_path, tls=context)
 
 
-def reviewer_token(data_dir) -> str:
-    """A personal API token of the demo ``reviewer`` of the deployment in ``data_dir``."""
-    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
-    env["AIRLOCK_DATA_DIR"] = str(data_dir)
-    out = subprocess.run(
-        [sys.executable, "manage.py", "create_user_token", "reviewer"],
+def manage(data_dir, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run a management command on the deployment whose data is in ``data_dir``; its stdout."""
+    environment = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    environment.update(env or {}, AIRLOCK_DATA_DIR=str(data_dir))
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env=env,
+        env=environment,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return out.split()[-1]
+
+
+def user_token(data_dir, username: str, env: dict[str, str] | None = None) -> str:
+    """A new personal API token of ``username`` of the deployment in ``data_dir``."""
+    return manage(data_dir, "create_user_token", username, env=env).split()[-1]
+
+
+def reviewer_token(data_dir) -> str:
+    """A personal API token of the demo ``reviewer`` of the deployment in ``data_dir``."""
+    return user_token(data_dir, "reviewer")

@@ -20,25 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving import FOREIGN_ENV, ROOT, start_server
+from tests.serving import start_server, user_token
 from tests.support import require
 
 CHECKS = "not_a_server_error,response_schema_conformance,content_type_conformance"
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
-
-
-def token_of(data_dir: Path, username: str, database: dict) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
-    env.update(AIRLOCK_DATA_DIR=str(data_dir), **database)
-    out = subprocess.run(
-        [sys.executable, "manage.py", "create_user_token", username],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.split()[-1]
 
 
 @contextlib.contextmanager
@@ -85,8 +71,8 @@ def _seeded(server, data_dir: Path, database: dict):
     server.propose_script("import os\nos.system('rm -rf /tmp/x')", reason="contract: risky")
     tokens = {
         "agent": server.token,
-        "reviewer": token_of(data_dir, "reviewer", database),
-        "admin": token_of(data_dir, "admin", database),
+        "reviewer": user_token(data_dir, "reviewer", env=database),
+        "admin": user_token(data_dir, "admin", env=database),
     }
     yield server, tokens, data_dir
 

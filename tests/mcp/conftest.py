@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +18,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.serving import FOREIGN_ENV, ROOT, Server, start_server
+from tests.serving import Server, manage, start_server
 
 
 @pytest.hookimpl(wrapper=True)
@@ -49,17 +46,7 @@ class Served:
 
     def manage(self, *args: str) -> str:
         """Run a management command on the deployment's data; its stdout."""
-        env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
-        env.update(self.env, AIRLOCK_DATA_DIR=str(self.data))
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout
+        return manage(self.data, *args, env=self.env)
 
     def user_token(self, username: str) -> str:
         return self.manage("create_user_token", username).split()[-1]

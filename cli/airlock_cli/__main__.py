@@ -1,0 +1,3 @@
+from airlock_cli.main import main
+
+main()

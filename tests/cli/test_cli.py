@@ -1,0 +1,302 @@
+"""``airlock``, the command line, driven as a subprocess against a running ``serve``.
+
+Each test runs the installed console script with a config directory of its
+own, as a person or a CI job would: log in, read the queue, decide, run a
+script behind approval and stream its output, and every fault (no login, a
+server that is down, a refused token, a decided proposal, a step-up that is
+not given) as one line and its own exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.serving import free_port, manage, start_server, user_token
+
+AIRLOCK = Path(sys.executable).with_name("airlock")
+MEDIUM = "import os\nprint(os.getcwd())\n"  # held for one reviewer, below the step-up risk
+HIGH = "import os\nos.system('rm -rf /tmp/airlock-cli-test')\n"  # risk 10: step-up, two reviewers
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("cli") / "data"
+    server = start_server(data_dir)
+    server.data_dir = data_dir
+    server.reviewer = user_token(data_dir, "reviewer")
+    server.admin = user_token(data_dir, "admin")
+    yield server
+    server.stop()
+
+
+class Terminal:
+    """A person's shell: its own config directory, the ``airlock`` command."""
+
+    def __init__(self, home: Path):
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+        self.env.update(XDG_CONFIG_HOME=str(home), COLUMNS="200", NO_COLOR="1")
+        self.config = home / "airlock" / "config.json"
+
+    def __call__(self, *args: str, stdin: str | None = None, timeout: float = 120):
+        return subprocess.run(
+            [str(AIRLOCK), *args],
+            input=stdin,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self, *args: str, stdin: str | None = None) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [str(AIRLOCK), *args],
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if stdin is not None:
+            process.stdin.write(stdin)
+        process.stdin.close()
+        process.stdin = None  # communicate() must not write to it again
+        return process
+
+
+@pytest.fixture
+def terminal(tmp_path) -> Terminal:
+    return Terminal(tmp_path / "home")
+
+
+@pytest.fixture
+def agent_shell(tmp_path, deployment) -> Terminal:
+    shell = Terminal(tmp_path / "agent")
+    assert shell("login", deployment.base, "--token", deployment.token).returncode == 0
+    return shell
+
+
+@pytest.fixture
+def reviewer_shell(tmp_path, deployment) -> Terminal:
+    shell = Terminal(tmp_path / "reviewer")
+    assert (
+        shell("login", deployment.base, "--token", "-", stdin=deployment.reviewer + "\n").returncode
+        == 0
+    )
+    return shell
+
+
+def one_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines and lines[0].startswith("airlock: "), result.stderr
+    return lines[0]
+
+
+def wait_pending(deployment, reason: str) -> dict:
+    """The proposal ``airlock run`` made, once it is in the queue."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        _, page = deployment.api(
+            "GET", "/api/v1/proposals?status=pending&q=" + reason.replace(" ", "+")
+        )
+        if page["items"]:
+            return page["items"][0]
+        time.sleep(0.2)
+    raise AssertionError(f"no pending proposal for {reason!r}")
+
+
+def test_without_a_login_it_says_how_to_log_in(terminal):
+    result = terminal("queue")
+    assert result.returncode == 3
+    assert one_line(result) == (
+        "airlock: not logged in: run `airlock login URL` (or set AIRLOCK_URL and AIRLOCK_TOKEN)"
+    )
+
+
+def test_a_login_is_checked_and_kept_for_its_owner_only(terminal, deployment):
+    refused = terminal("login", deployment.base, "--token", "alk_not-a-token")
+    assert refused.returncode == 5 and "the token was refused" in one_line(refused)
+    assert not terminal.config.exists()
+    down = terminal("login", f"http://127.0.0.1:{free_port()}", "--token", deployment.token)
+    assert down.returncode == 4 and "connection refused (is Airlock running there?)" in one_line(
+        down
+    )
+    result = terminal("login", deployment.base, "--token", deployment.reviewer)
+    assert result.returncode == 0, result.stderr
+    assert "as reviewer (a reviewer)" in result.stdout
+    assert stat.S_IMODE(terminal.config.stat().st_mode) == 0o600
+    assert stat.S_IMODE(terminal.config.parent.stat().st_mode) == 0o700
+    assert json.loads(terminal.config.read_text())["token"] == deployment.reviewer
+    assert terminal("logout").stdout.strip() == "Logged out."
+    assert terminal("queue").returncode == 3
+
+
+def test_a_gated_step_runs_when_approved_streams_and_exits_with_its_code(
+    agent_shell, reviewer_shell, deployment, tmp_path
+):
+    script = tmp_path / "step.py"
+    script.write_text(
+        MEDIUM
+        + "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\nsys.exit(3)\n"
+    )
+    running = agent_shell.start("run", str(script), "--reason", "cli gated step")
+    waiting = running.stderr.readline()  # said before anyone decides
+    pending = wait_pending(deployment, "cli gated step")
+    assert waiting.startswith(f"Proposal #{pending['id']} (risk {pending['risk']['score']}) waits")
+    queue = reviewer_shell("queue")
+    assert queue.returncode == 0
+    rows = [line.split("│") for line in queue.stdout.splitlines() if line.startswith("│")]
+    row = "│".join(next(cells for cells in rows if cells[1].strip() == str(pending["id"])))
+    assert "script.execute" in row and "demo-agent" in row and "0 of 1" in row
+    shown = reviewer_shell("show", str(pending["id"]))
+    assert "print(os.getcwd())" in shown.stdout and "Why this risk" in shown.stdout
+    approved = reviewer_shell("approve", str(pending["id"]), "-m", "fine from the terminal")
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.strip() == f"Proposal #{pending['id']}: approved"
+    out, err = running.communicate(timeout=120)
+    assert running.returncode == 3, err
+    assert out.splitlines()[-1] == "to stdout" and "/" in out.splitlines()[0]
+    _, proposal = deployment.api("GET", f"/api/v1/proposals/{pending['id']}")
+    execution = proposal["execution_id"]
+    assert err.splitlines() == [
+        f"Approved; execution #{execution}:",
+        "to stderr",
+        f"airlock: execution #{execution} failed",
+    ]
+    again = reviewer_shell("approve", str(pending["id"]))
+    assert again.returncode == 8
+    assert one_line(again) == f"airlock: proposal {pending['id']} is approved, not pending"
+    assert proposal["decisions"][0]["comment"] == "fine from the terminal"
+
+
+def test_a_rejected_step_exits_10_with_the_reviewers_reason(
+    agent_shell, reviewer_shell, deployment
+):
+    running = agent_shell.start("run", "-", "--reason", "cli rejected step", stdin=MEDIUM)
+    try:
+        pending = wait_pending(deployment, "cli rejected step")
+        rejected = reviewer_shell("reject", str(pending["id"]), "-m", "not on a Friday")
+        assert rejected.returncode == 0, rejected.stderr
+        _, err = running.communicate(timeout=60)
+    finally:
+        running.kill()
+    assert running.returncode == 10
+    assert f"airlock: proposal #{pending['id']} rejected: not on a Friday" in err
+
+
+def test_json_output_is_for_scripts(agent_shell, reviewer_shell, deployment):
+    _, made = deployment.api(
+        "POST",
+        "/api/v1/proposals",
+        {
+            "action": "script.execute",
+            "parameters": {"language": "python", "code": MEDIUM},
+            "reason": "cli json",
+        },
+    )
+    page = json.loads(reviewer_shell("queue", "--json", "--search", "cli json").stdout)
+    assert [item["id"] for item in page["items"]] == [made["id"]]
+    shown = json.loads(reviewer_shell("show", str(made["id"]), "--json").stdout)
+    assert shown["proposal"]["reason"] == "cli json" and shown["execution"] is None
+    missing = reviewer_shell("show", "999999", "--json")
+    assert missing.returncode == 7
+    assert json.loads(missing.stdout)["error"]["type"] == "not_found"
+    refused = agent_shell("approve", str(made["id"]), "--json")
+    assert refused.returncode == 6
+    assert json.loads(refused.stdout)["error"]["message"] == "agent tokens cannot approve or reject"
+
+
+def test_bad_input_is_one_line_each(reviewer_shell):
+    bad = reviewer_shell("queue", "--status", "waiting")
+    assert bad.returncode == 1
+    assert one_line(bad) == (
+        "airlock: status: 'waiting' is not one of pending, approved, denied, rejected, expired"
+    )
+    usage = reviewer_shell("reject", "1")
+    assert usage.returncode == 2 and "Missing option '-m'" in usage.stderr
+
+
+def test_a_high_risk_decision_asks_for_a_second_factor_in_the_browser(reviewer_shell, deployment):
+    _, made = deployment.api(
+        "POST",
+        "/api/v1/proposals",
+        {"action": "script.execute", "parameters": {"language": "python", "code": HIGH}},
+    )
+    assert made["risk"]["score"] >= 7
+    result = reviewer_shell("approve", str(made["id"]), "--step-up-timeout", "1")
+    assert result.returncode == 9
+    assert (
+        f"Finish in the browser: {deployment.base}/proposals/{made['id']}/approve/" in result.stderr
+    )
+    assert "airlock: not decided in time" in result.stderr
+    _, after = deployment.api("GET", f"/api/v1/proposals/{made['id']}")
+    assert after["status"] == "pending" and after["approvals"] == 0
+
+
+def test_watch_streams_an_execution_resumes_after_a_chunk_and_mirrors_its_exit_code(
+    reviewer_shell, deployment
+):
+    code = "import sys, time\nfor i in range(5):\n    print(f'line {i}', flush=True)\n    time.sleep(0.2)\nsys.exit(7)\n"
+    _, made = deployment.api(
+        "POST",
+        "/api/v1/proposals",
+        {"action": "script.execute", "parameters": {"language": "python", "code": code}},
+    )
+    assert made["status"] == "approved", made
+    watched = reviewer_shell("watch", str(made["execution_id"]))
+    assert watched.returncode == 7, watched.stderr
+    assert watched.stdout.splitlines() == [f"line {i}" for i in range(5)]
+    lines = reviewer_shell("watch", str(made["execution_id"]), "--json")
+    chunks = [json.loads(line) for line in lines.stdout.splitlines() if line.startswith('{"type"')]
+    last = chunks[-1]["seq"]
+    resumed = reviewer_shell("watch", str(made["execution_id"]), "--after", str(last - 1))
+    assert resumed.stdout == chunks[-1]["data"]
+    missing = reviewer_shell("watch", "999999")
+    assert missing.returncode == 7
+
+
+def test_a_revoked_token_and_a_server_that_is_down(reviewer_shell, deployment, tmp_path):
+    shell = Terminal(tmp_path / "revoked")
+    token = user_token(deployment.data_dir, "reviewer2")
+    assert shell("login", deployment.base, "--token", token).returncode == 0
+    manage(
+        deployment.data_dir,
+        "shell",
+        "-c",
+        "from approvals.models import UserToken; from django.utils import timezone; "
+        "UserToken.objects.filter(user__username='reviewer2').update(revoked_at=timezone.now())",
+    )
+    revoked = shell("queue")
+    assert revoked.returncode == 5
+    assert one_line(revoked).startswith("airlock: the token was refused")
+    assert f"log in again with `airlock login {deployment.base}`" in revoked.stderr
+    shell.env["AIRLOCK_URL"] = f"http://127.0.0.1:{free_port()}"
+    down = shell("queue")
+    assert down.returncode == 4 and "connection refused" in one_line(down)
+
+
+def test_policy_from_the_terminal(reviewer_shell, deployment, tmp_path):
+    exported = reviewer_shell("policy", "export")
+    assert exported.returncode == 0 and "auto_approve_below:" in exported.stdout
+    draft = tmp_path / "policy.yaml"
+    draft.write_text(exported.stdout.replace("auto_approve_below: 4", "auto_approve_below: 7"))
+    simulated = reviewer_shell("policy", "simulate", str(draft))
+    assert simulated.returncode == 0, simulated.stderr
+    assert "change: auto_approve_below: 4 → 7" in simulated.stdout
+    assert "proposals would move" in simulated.stdout
+    denied = reviewer_shell("policy", "apply", str(draft))
+    assert (
+        denied.returncode == 6 and one_line(denied) == "airlock: only admins can change the policy"
+    )
+    admin = Terminal(tmp_path / "admin")
+    admin("login", deployment.base, "--token", deployment.admin)
+    applied = admin("policy", "apply", str(draft), "--step-up-timeout", "0")
+    assert applied.returncode == 9
+    assert "/manage/policy/apply/?draft=" in applied.stderr
