@@ -16,8 +16,16 @@ Prints requests/s, p50 and p95 per request kind, and each p50 against the
 floor's, for every ``--web-processes`` value given (the same run, the same
 machine).
 
+``--lists 10000,1000000`` measures the list endpoints instead: for each size, a
+fresh deployment whose table holds that many proposals (seeded in bulk, 1 % of
+them pending, eleven risk scores, three actions, two agents), then one client
+reads pages of 100 one after another: the newest, the pending queue by risk, a
+page twenty cursors deep, filters on agent and action glob, a text search, and
+the executions list; against the floor and a single proposal's read.
+
     .venv/bin/python scripts/benchmark_api.py [--clients 10] [--seconds 5] [--web-processes 1,2]
                                               [--consoles 2]
+    .venv/bin/python scripts/benchmark_api.py --lists 10000,1000000 [--pages 200]
 """
 
 from __future__ import annotations
@@ -178,6 +186,111 @@ def measure(web_processes: int, clients: int, seconds: float, consoles: int) -> 
             server.stop()
 
 
+def seed(database: Path, count: int) -> None:
+    """``count`` proposals in one statement."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(database, timeout=60)) as db, db:
+        agents = [row[0] for row in db.execute("SELECT id FROM approvals_agent ORDER BY id")]
+        if len(agents) < 2:
+            db.execute(
+                "INSERT INTO approvals_agent (name, token_hash, token_hint, capabilities, "
+                "is_active, created_at) VALUES ('bench-bot', 'x', 'x', '[]', 1, "
+                "'2026-01-01 00:00:00')"
+            )
+            agents = [row[0] for row in db.execute("SELECT id FROM approvals_agent ORDER BY id")]
+        db.execute(
+            f"""
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count})
+            INSERT INTO approvals_proposal (action, parameters, summary, reason, urgency,
+                status, risk_score, risk_reasons, decision_path, policy_version,
+                required_approvals, approvals_count, created_at, updated_at, agent_id)
+            SELECT
+                CASE i % 3 WHEN 0 THEN 'script.execute' WHEN 1 THEN 'docker.run_container'
+                    ELSE 'host.restart_service' END,
+                '{{}}', 'seeded proposal ' || i, 'benchmark row ' || i, 'normal',
+                CASE WHEN i % 100 = 0 THEN 'pending' WHEN i % 7 = 0 THEN 'rejected'
+                    WHEN i % 5 = 0 THEN 'denied' ELSE 'approved' END,
+                i % 11, '[]', '{{}}', 1, 1, 0,
+                datetime('2026-01-01', '+' || i || ' seconds'),
+                datetime('2026-01-01', '+' || i || ' seconds'),
+                CASE i % 2 WHEN 0 THEN {agents[0]} ELSE {agents[1]} END
+            FROM n
+            """
+        )
+        db.execute("ANALYZE")
+
+
+def measure_lists(count: int, pages: int) -> dict[str, Load]:
+    with tempfile.TemporaryDirectory(prefix="airlock-bench-lists-") as data_dir:
+        server = start_server(Path(data_dir))
+        try:
+            started = time.perf_counter()
+            seed(Path(data_dir) / "airlock.sqlite3", count)
+            print(f"  seeded {count:,} proposals in {time.perf_counter() - started:.1f} s")
+            token = reviewer_token(data_dir)
+            status, first = server.api("GET", "/api/v1/proposals?limit=100", token=token)
+            assert status == 200 and len(first["items"]) == 100, first
+            cursor = first["next_cursor"]
+            for _ in range(19):
+                _, page = server.api(
+                    "GET", f"/api/v1/proposals?limit=100&cursor={cursor}", token=token
+                )
+                cursor = page["next_cursor"]
+            kinds = {
+                "GET /livez (floor)": "/livez",
+                "GET /api/v1/proposals/{id}": f"/api/v1/proposals/{first['items'][0]['id']}",
+                "newest 100": "/api/v1/proposals?limit=100",
+                "pending queue, 100 by risk": "/api/v1/proposals?status=pending&limit=100",
+                "21st page (cursor)": f"/api/v1/proposals?limit=100&cursor={cursor}",
+                "agent + action glob": "/api/v1/proposals?limit=100&agent=bench-bot&action=docker.*",
+                "risk high, rejected": "/api/v1/proposals?limit=100&risk=high&status=rejected",
+                "text search q=": "/api/v1/proposals?limit=100&q=row+4242",
+            }
+            results = {}
+            for name, path in kinds.items():
+                results[name] = asyncio.run(sequential(server, token, path, pages))
+            return results
+        finally:
+            server.stop()
+
+
+async def sequential(server: Server, token: str, path: str, count: int) -> Load:
+    """``count`` reads of ``path`` one after another on one connection (after a warm-up)."""
+    connection = Connection(server.base, token)
+    await connection.open()
+    result = Load()
+    for _ in range(5):
+        await connection.request("GET", path)
+    started = time.perf_counter()
+    for _ in range(count):
+        began = time.perf_counter()
+        status, _ = await connection.request("GET", path)
+        result.latencies.append(time.perf_counter() - began)
+        if status >= 400:
+            result.errors[status] = result.errors.get(status, 0) + 1
+    result.seconds = time.perf_counter() - started
+    connection.close()
+    return result
+
+
+def print_lists(sizes: list[int], pages: int) -> None:
+    print(f"pages of 100, {pages} reads each, one client; cores={os.cpu_count()}")
+    print("| proposals | request | p50 ms | p95 ms | p50 vs floor | errors |")
+    print("|---|---|---|---|---|---|")
+    for size in sizes:
+        results = measure_lists(size, pages)
+        floor = statistics.median(next(iter(results.values())).latencies)
+        for name, result in results.items():
+            p50 = statistics.median(result.latencies)
+            p95 = percentile(result.latencies, 0.95)
+            errors = ", ".join(f"{k}×{v}" for k, v in sorted(result.errors.items())) or "0"
+            print(
+                f"| {size:,} | {name} | {p50 * 1000:.1f} | {p95 * 1000:.1f} | "
+                f"{p50 / floor:.1f}× | {errors} |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -192,7 +305,15 @@ def main() -> None:
     parser.add_argument(
         "--consoles", type=int, default=2, help="reviewers' consoles open for the last row"
     )
+    parser.add_argument(
+        "--lists",
+        help="comma-separated table sizes: measure the list endpoints at each instead",
+    )
+    parser.add_argument("--pages", type=int, default=200, help="reads per list request")
     args = parser.parse_args()
+    if args.lists:
+        print_lists([int(n) for n in args.lists.split(",")], args.pages)
+        return
     counts = sorted({int(n) for n in args.web_processes.split(",")})
     print(f"clients={args.clients} seconds={args.seconds} cores={os.cpu_count()}")
     print("| web processes | request | req/s | p50 ms | p95 ms | p50 vs floor | errors |")

@@ -235,3 +235,18 @@ def test_the_schema_lists_the_filters_and_the_page(reviewer_api):
     }  # fmt: skip
     assert set(get["responses"]) >= {"200", "400", "403"}
     assert "post" in schema["paths"]["/api/v1/proposals"]
+
+
+@pytest.mark.parametrize("name", ["newest", "oldest", "risk"])
+def test_a_cursor_page_reads_an_index_range_not_the_table_from_its_start(agent, name):
+    """The benchmark's 21st page at a million rows: 0.6 s with a table scan, 9 ms without."""
+    from approvals.agents.listing import ORDERS
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the plan checked is SQLite's (PostgreSQL's planner picks by table size)")
+    order = ORDERS[name]
+    rows = Proposal.objects.filter(status="pending") if name == "risk" else Proposal.objects
+    after = rows.filter(order.after([5, T0, 7] if name == "risk" else [T0, 7]))
+    plan = after.order_by(*order.by())[:101].explain()
+    assert "SEARCH approvals_proposal USING INDEX" in plan, plan
+    assert ">" in plan or "<" in plan, plan  # a range on the leading field, not a full index

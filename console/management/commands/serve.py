@@ -169,6 +169,9 @@ class Command(BaseCommand):
             f"  curl -s -X POST {address}/api/v1/proposals \\",
             f"    -H 'Authorization: Bearer {demo['token']}' -H 'Content-Type: application/json' \\",
             """    -d '{"action": "script.execute", "parameters": {"language": "python", "code": "print(\\"hi\\")"}}'""",
+            "From the terminal (README: From the terminal):",
+            f"  .venv/bin/airlock login {address} --token {demo['token']}",
+            "  echo 'print(\"hi\")' | .venv/bin/airlock run -",
             "Second factors: each person adds a passkey or an authenticator app at",
             f"  {address}/profile/security/ (needed {needed}).",
             "Single sign-on: set OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET and"
