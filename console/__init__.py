@@ -4,7 +4,8 @@ Owns no business logic and no shared infrastructure: it wires the apps
 together (``settings``, ``urls``, ``console_urls``, ``asgi``, ``routing``,
 ``celery``), serves the embedded deployment (``management/commands/serve``)
 with its demo cast (``demo``), and renders the console's shell, its own
-pages (users, audit trail, errors) and operators' probes (``health``). It
+pages (users, audit trail, errors), the audit trail's API for admins'
+tools (``audit_api``) and operators' probes (``health``). It
 sits on top: it may import every app, and no app imports it.
 """
 

@@ -5,11 +5,13 @@ from drf_spectacular.views import SpectacularAPIView
 
 from accounts.views import sign_in
 
-from . import health
+from . import audit_api, health
 
 api_patterns = [
     path("", include("approvals.agents.urls")),
     path("", include("executions.urls")),
+    path("audit", audit_api.AuditEvents.as_view(), name="audit-events"),
+    path("audit/verify", audit_api.AuditVerify.as_view(), name="audit-verify"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
 ]
 

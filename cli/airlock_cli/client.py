@@ -20,6 +20,7 @@ CONFLICT = 8  # 409: already decided, no longer pending
 STEP_UP_PENDING = 9  # a second factor was asked for and not given in time
 DECIDED_AGAINST = 10  # the proposal was denied, rejected or expired
 NOT_DECIDED = 11  # nobody decided within the time the command waited
+CHAIN_BROKEN = 12  # the audit chain failed its check
 
 EXIT_CODES = {
     OK: "success",
@@ -34,6 +35,7 @@ EXIT_CODES = {
     STEP_UP_PENDING: "a fresh second factor was needed and not given in time",
     DECIDED_AGAINST: "the proposal was denied, rejected or expired",
     NOT_DECIDED: "nobody decided in the time `airlock run --timeout` waited",
+    CHAIN_BROKEN: "the audit chain is broken: a row was edited, inserted or deleted",
 }
 
 

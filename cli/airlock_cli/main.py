@@ -11,6 +11,7 @@ import click
 
 from airlock_cli import config, render, stream
 from airlock_cli.client import (
+    CHAIN_BROKEN,
     DECIDED_AGAINST,
     EXIT_CODES,
     FAILED,
@@ -421,6 +422,50 @@ def policy_apply(file, comment, step_up_timeout, as_json):
         emit(result)
     else:
         click.echo(f"Policy version {result['version']} is in force.")
+
+
+# --- audit -----------------------------------------------------------------------------
+
+
+@cli.group(epilog=EPILOG)
+def audit():
+    """Verify and export the hash-chained audit trail (admins)."""
+
+
+@command(audit, "verify")
+def audit_verify(as_json):
+    """Check every row of the chain with the server's key; exit 12 if one was tampered with."""
+    report = api().get("audit/verify")
+    if as_json:
+        emit(report)
+    if not report["ok"]:
+        raise CliError(
+            CHAIN_BROKEN,
+            f"the audit chain is broken at row {report['first_bad_seq']}: {report['problem']} "
+            f"({report['checked']} rows before it are sound)",
+        )
+    if not as_json:
+        click.echo(f"Audit chain intact: {report['checked']} events checked.")
+
+
+@command(audit, "export")
+@click.option("--after", type=int, default=0, help="Start after this sequence number.")
+@click.option(
+    "-o", "--output", type=click.File("w"), default="-", help="A file (default: standard output)."
+)
+def audit_export(after, output, as_json):
+    """Every event after --after, in order, as JSON lines (with their hashes)."""
+    client = api()
+    written = 0
+    while after is not None:
+        page = client.get("audit", after=after)
+        for event in page["events"]:
+            output.write(json.dumps(event) + "\n")
+            written += 1
+        after = page["next_after"]
+    output.flush()
+    if output is not sys.stdout:
+        click.echo(f"{written} events written to {output.name}", err=True)
 
 
 def main() -> None:

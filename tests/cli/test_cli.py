@@ -300,3 +300,33 @@ def test_policy_from_the_terminal(reviewer_shell, deployment, tmp_path):
     applied = admin("policy", "apply", str(draft), "--step-up-timeout", "0")
     assert applied.returncode == 9
     assert "/manage/policy/apply/?draft=" in applied.stderr
+
+
+def test_an_admin_verifies_and_exports_the_audit_trail_and_sees_tampering(
+    deployment, reviewer_shell, tmp_path
+):
+    """Last in the module: it breaks the deployment's chain on purpose."""
+    admin = Terminal(tmp_path / "admin")
+    admin("login", deployment.base, "--token", deployment.admin)
+    verified = admin("audit", "verify")
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.startswith("Audit chain intact: ")
+    exported = tmp_path / "audit.jsonl"
+    assert admin("audit", "export", "-o", str(exported)).returncode == 0
+    events = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert "user_token.created" in {e["verb"] for e in events}
+    refused = reviewer_shell("audit", "verify")
+    assert refused.returncode == 6
+    manage(
+        deployment.data_dir,
+        "shell",
+        "-c",
+        "from audit.models import AuditEvent; "
+        "AuditEvent.objects.filter(seq=3).update(actor='user:mallory')",
+    )
+    broken = admin("audit", "verify")
+    assert broken.returncode == 12
+    assert one_line(broken) == (
+        "airlock: the audit chain is broken at row 3: row 3 was edited (2 rows before it are sound)"
+    )
