@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db.models import F
@@ -296,6 +297,9 @@ class _DecisionView(APIView):
                 authentication=stepup.TOKEN,
             )
         except services.ProposalError as exc:
+            comment = body.validated_data["comment"]
+            if exc.url and comment:  # the console's page shows it, ready to confirm
+                exc.url = f"{exc.url}?{urlencode({'comment': comment})}"
             _raise(exc)
         return Response(proposal_data(request.user, pk))
 

@@ -100,7 +100,8 @@ def test_a_reviewers_token_is_refused_with_the_page_that_completes_it(reviewer, 
     assert refused.status_code == 403
     error = refused.json()["error"]
     assert error["type"] == "step_up_required" and "second factor" in error["message"]
-    assert error["url"] == f"{settings.SITE_URL}/proposals/{proposal.pk}/approve/"
+    # The comment travels with the link: the console's page shows it, ready to confirm.
+    assert error["url"] == f"{settings.SITE_URL}/proposals/{proposal.pk}/approve/?comment=ok"
     assert Proposal.objects.get(pk=proposal.pk).status == ProposalStatus.PENDING
     low = pending_proposal(agent, risk=LOW)
     fine = api.post(f"/api/v1/proposals/{low.pk}/approve", {}, format="json")
@@ -109,6 +110,7 @@ def test_a_reviewers_token_is_refused_with_the_page_that_completes_it(reviewer, 
     console = logged_in(reviewer, stepped_up=False)
     page = console.get(url)
     assert page.status_code == 200 and 'id="confirm-kind"' in page.text
+    assert 'id="decision-comment"' in page.text and ">ok</textarea>" in page.text
     asked = console.post(url, {"comment": "ok"})
     assert asked.status_code == 302 and asked["Location"].startswith("/step-up/")
     assert Proposal.objects.get(pk=proposal.pk).approvals_count == 0

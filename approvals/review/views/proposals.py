@@ -199,7 +199,9 @@ def _confirm_page(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
         "code_blocks": highlighted(proposal),
         "parameters_json": other_parameters(proposal),
         "confirm_kind": kind,
-        "kept_comment": request.session.get(_kept_comment(pk, kind), ""),
+        # Kept from a try before the step-up, or brought by the API's link (a token's comment).
+        "kept_comment": request.session.get(_kept_comment(pk, kind))
+        or request.GET.get("comment", "")[:4000],
         "step_up_needed": stepup.needed_for_risk(proposal.risk_score)
         and not stepup.Authentication.of_session(request).fresh(),
     }
