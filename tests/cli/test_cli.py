@@ -9,11 +9,14 @@ not given) as one line and its own exit code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -300,6 +303,79 @@ def test_policy_from_the_terminal(reviewer_shell, deployment, tmp_path):
     applied = admin("policy", "apply", str(draft), "--step-up-timeout", "0")
     assert applied.returncode == 9
     assert "/manage/policy/apply/?draft=" in applied.stderr
+
+
+class CuttingProxy:
+    """A TCP proxy in front of the server that cuts the first websocket once it has carried
+    ``cut_after`` bytes towards the client: a connection dropped mid-stream."""
+
+    def __init__(self, upstream_port: int, cut_after: int):
+        self.upstream_port, self.cut_after = upstream_port, cut_after
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.cuts = 0
+        self.websockets = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        first = client.recv(65536)
+        websocket = first.startswith(b"GET /ws/")
+        if websocket:
+            self.websockets += 1
+        cut = websocket and self.cuts == 0
+        if cut:
+            self.cuts += 1
+        upstream.sendall(first)
+
+        def pump(source, sink, limit=None):
+            carried = 0
+            try:
+                while data := source.recv(65536):
+                    sink.sendall(data)
+                    carried += len(data)
+                    if limit is not None and carried >= limit:
+                        break
+            except OSError:
+                pass
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+        threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+        pump(upstream, client, self.cut_after if cut else None)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_watch_resumes_after_a_dropped_connection_without_a_gap_or_a_repeat(
+    reviewer_shell, deployment
+):
+    code = "import time\nfor i in range(12):\n    print(f'line {i}', flush=True)\n    time.sleep(0.25)\n"
+    _, made = deployment.api(
+        "POST",
+        "/api/v1/proposals",
+        {"action": "script.execute", "parameters": {"language": "python", "code": code}},
+    )
+    assert made["status"] == "approved", made
+    proxy = CuttingProxy(int(deployment.base.rsplit(":", 1)[1]), cut_after=400)
+    try:
+        reviewer_shell.env["AIRLOCK_URL"] = f"http://127.0.0.1:{proxy.port}"
+        watched = reviewer_shell("watch", str(made["execution_id"]))
+    finally:
+        proxy.close()
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout.splitlines() == [f"line {i}" for i in range(12)]
+    assert proxy.cuts == 1 and proxy.websockets >= 2  # cut once, and opened again
 
 
 def test_an_admin_verifies_and_exports_the_audit_trail_and_sees_tampering(
