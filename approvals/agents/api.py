@@ -462,6 +462,7 @@ def visible_sessions(user):
 
 class Sandboxes(APIView):
     @extend_schema(
+        operation_id="sandboxes_list",
         responses=inline_serializer("SandboxList", {"sandboxes": SandboxSerializer(many=True)}),
         summary="List sandbox sessions (the newest 200)",
     )
