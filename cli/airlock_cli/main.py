@@ -41,18 +41,20 @@ def command(group: click.Group, name: str | None = None, **kwargs):
             try:
                 return function(*args, **kwargs)
             except CliError as error:
-                if kwargs.get("as_json"):
-                    print(
-                        json.dumps(
-                            {"error": {"type": error.error_type or "cli", "message": error.message}}
-                            | ({"url": error.url} if error.url else {})
-                        )
-                    )
+                if kwargs.get("as_json"):  # the API's error shape, for scripts
+                    body = {"type": error.error_type or "cli", "message": error.message}
+                    print(json.dumps({"error": body | ({"url": error.url} if error.url else {})}))
                 fail(error)
 
         return run
 
     return wrap
+
+
+def say(line: str) -> None:
+    """A line for the person, on standard error (standard output is the script's), unwrapped:
+    an address in it must stay one piece to copy."""
+    click.echo(line, err=True)
 
 
 def emit(data) -> None:
@@ -203,14 +205,13 @@ def _after_step_up(client: Api, proposal_id: int, needed: StepUpRequired, timeou
     """Print where to prove a second factor, and wait until the decision is made there."""
     before = client.get(f"proposals/{proposal_id}")
     seen = (before["status"], before["approvals"])
-    err = render.console(stderr=True)
-    err.print(f"[bold]A fresh second factor is needed.[/bold] {needed.message}")
-    err.print(f"Finish in the browser: {needed.url}")
+    say(f"A fresh second factor is needed: {needed.message}")
+    say(f"Finish in the browser: {needed.url}")
     if timeout <= 0:
         raise CliError(
             STEP_UP_PENDING, "not decided: finish it at the address above", url=needed.url
         )
-    err.print(f"Waiting up to {int(timeout)} s for it…")
+    say(f"Waiting up to {int(timeout)} s for it…")
     deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
         wait = min(WAIT_STEP, max(int(left), 1))
@@ -306,9 +307,8 @@ def run(script, language, reason, urgency, decision_timeout, as_json):
     proposal = client.call(
         "POST", "proposals", params={"wait": 1, "until": "decided"}, json=body, wait=1
     ).json()
-    err = render.console(stderr=True)
     if proposal["status"] == "pending":
-        err.print(
+        say(
             f"Proposal #{proposal['id']} (risk {proposal['risk']['score']}) waits for a reviewer: "
             f"{client.url}/proposals/{proposal['id']}/"
         )
@@ -334,7 +334,7 @@ def run(script, language, reason, urgency, decision_timeout, as_json):
         raise CliError(DECIDED_AGAINST, f"proposal #{proposal['id']} {proposal['status']}: {why}")
     execution_id = proposal["execution_id"]
     if not as_json:
-        err.print(f"Approved; execution #{execution_id}:", style="dim")
+        say(f"Approved; execution #{execution_id}:")
     printer = stream.print_json_chunk if as_json else stream.print_chunk
     stream.follow(client.url, client.token, execution_id, printer)
     result, exit_code = _exit_code_of(client, execution_id)
@@ -346,7 +346,7 @@ def run(script, language, reason, urgency, decision_timeout, as_json):
             }
         )
     elif result["status"] != "succeeded":
-        err.print(f"airlock: execution #{execution_id} {result['status']}")
+        say(f"airlock: execution #{execution_id} {result['status']}")
     sys.exit(exit_code)
 
 
@@ -404,9 +404,8 @@ def policy_apply(file, comment, step_up_timeout, as_json):
     try:
         result = client.post("policy/apply", {"text": file.read(), "comment": comment})
     except StepUpRequired as needed:
-        err = render.console(stderr=True)
-        err.print(f"[bold]A fresh second factor is needed.[/bold] {needed.message}")
-        err.print(f"Review and apply it in the browser: {needed.url}")
+        say(f"A fresh second factor is needed: {needed.message}")
+        say(f"Review and apply it in the browser: {needed.url}")
         deadline = time.monotonic() + step_up_timeout
         while time.monotonic() < deadline:
             versions = client.get("policy/versions")["versions"]
