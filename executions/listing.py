@@ -8,7 +8,7 @@ stderr, ``…/output`` the chunks.
 
 from __future__ import annotations
 
-from django.db.models import F, Q
+from django.db.models import F
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import serializers
 
@@ -16,10 +16,11 @@ from infrastructure.rest.errors import error_responses
 from infrastructure.rest.listing import (
     Filters,
     Order,
+    Paths,
     comma_list,
-    glob_filter,
     page,
     paging_parameters,
+    shared_filters,
 )
 
 from .choices import ExecutionStatus
@@ -73,6 +74,14 @@ def _item(row: dict) -> dict:
     return _item_serializer.to_representation(row)
 
 
+PATHS = Paths(
+    risk="proposal__risk_score",
+    agent="proposal__agent__name",
+    reviewer="proposal__decisions__reviewer__username",
+    text=("proposal__summary", "proposal__reason"),
+)
+
+
 def executions_page(user, params) -> dict:
     """The page ``params`` ask for, of what ``user`` may see: ``{"items", "next_cursor"}``."""
     filters = Filters(params, FILTERS)
@@ -80,35 +89,7 @@ def executions_page(user, params) -> dict:
     statuses = filters.choices("status", ExecutionStatus.values)
     if statuses:
         rows = rows.filter(status__in=statuses)
-    risk_min = filters.integer("risk_min", 0, 10)
-    if risk_min is not None:
-        rows = rows.filter(proposal__risk_score__gte=risk_min)
-    risk_max = filters.integer("risk_max", 0, 10)
-    if risk_max is not None:
-        rows = rows.filter(proposal__risk_score__lte=risk_max)
-    action = filters.text("action", 100)
-    if action:
-        rows = rows.filter(glob_filter("action", action))
-    agent = filters.text("agent", 100)
-    if agent:
-        rows = rows.filter(proposal__agent__name=agent)
-    reviewer = filters.text("reviewer", 150)
-    if reviewer:  # one decision per reviewer and proposal: the join adds no duplicates
-        rows = rows.filter(proposal__decisions__reviewer__username=reviewer)
-    since = filters.moment("created_since")
-    if since:
-        rows = rows.filter(created_at__gte=since)
-    until = filters.moment("created_until")
-    if until:
-        rows = rows.filter(created_at__lt=until)
-    text = filters.text("q")
-    if text:
-        rows = rows.filter(
-            Q(proposal__summary__icontains=text) | Q(proposal__reason__icontains=text)
-        )
-    since_id = filters.integer("since_id", 0, 2**63 - 1)
-    if since_id is not None:
-        rows = rows.filter(id__gt=since_id)
+    rows = shared_filters(filters, rows, PATHS)
     order = ORDERS[filters.choice("order", ORDERS, "newest")]
     cursor, limit = filters.paging()
     rows = rows.values(

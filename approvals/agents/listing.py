@@ -20,10 +20,11 @@ from infrastructure.rest.errors import error_responses
 from infrastructure.rest.listing import (
     Filters,
     Order,
+    Paths,
     comma_list,
-    glob_filter,
     page,
     paging_parameters,
+    shared_filters,
 )
 
 ORDERS = {
@@ -39,6 +40,14 @@ FILTERS = (
     "status", "risk", "risk_min", "risk_max", "action", "agent", "reviewer",
     "created_since", "created_until", "q", "since_id", "order",
 )  # fmt: skip
+
+
+PATHS = Paths(
+    risk="risk_score",
+    agent="agent__name",
+    reviewer="decisions__reviewer__username",
+    text=("summary", "reason"),
+)
 
 
 def proposals_page(user, params, fields: list[str], represent) -> dict:
@@ -57,33 +66,7 @@ def proposals_page(user, params, fields: list[str], represent) -> dict:
             low, high = RISK_BANDS[band]
             within |= Q(risk_score__range=(low, high)) if band != "high" else Q(risk_score__gte=low)
         rows = rows.filter(within)
-    risk_min = filters.integer("risk_min", 0, 10)
-    if risk_min is not None:
-        rows = rows.filter(risk_score__gte=risk_min)
-    risk_max = filters.integer("risk_max", 0, 10)
-    if risk_max is not None:
-        rows = rows.filter(risk_score__lte=risk_max)
-    action = filters.text("action", 100)
-    if action:
-        rows = rows.filter(glob_filter("action", action))
-    agent = filters.text("agent", 100)
-    if agent:
-        rows = rows.filter(agent__name=agent)
-    reviewer = filters.text("reviewer", 150)
-    if reviewer:  # one decision per reviewer and proposal: the join adds no duplicates
-        rows = rows.filter(decisions__reviewer__username=reviewer)
-    since = filters.moment("created_since")
-    if since:
-        rows = rows.filter(created_at__gte=since)
-    until = filters.moment("created_until")
-    if until:
-        rows = rows.filter(created_at__lt=until)
-    text = filters.text("q")
-    if text:
-        rows = rows.filter(Q(summary__icontains=text) | Q(reason__icontains=text))
-    since_id = filters.integer("since_id", 0, 2**63 - 1)
-    if since_id is not None:
-        rows = rows.filter(id__gt=since_id)
+    rows = shared_filters(filters, rows, PATHS)
     default = "risk" if statuses == [ProposalStatus.PENDING] else "newest"
     order = ORDERS[filters.choice("order", ORDERS, default)]
     cursor, limit = filters.paging()

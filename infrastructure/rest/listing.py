@@ -109,6 +109,52 @@ def page(queryset, order: Order, cursor: str | None, limit: int) -> tuple[list[d
     return rows, encode_cursor(order, rows[-1]) if more else None
 
 
+@dataclass(frozen=True)
+class Paths:
+    """Where the filters every list shares look, from the listed rows (``proposal__…``)."""
+
+    risk: str
+    agent: str
+    reviewer: str
+    text: tuple[str, ...]
+
+
+def shared_filters(filters: Filters, rows, paths: Paths):
+    """``rows`` narrowed by risk range, action glob, agent, reviewer, time, text and
+    ``since_id``: the filters the proposals and the executions lists both take."""
+    risk_min = filters.integer("risk_min", 0, 10)
+    if risk_min is not None:
+        rows = rows.filter(**{f"{paths.risk}__gte": risk_min})
+    risk_max = filters.integer("risk_max", 0, 10)
+    if risk_max is not None:
+        rows = rows.filter(**{f"{paths.risk}__lte": risk_max})
+    action = filters.text("action", 100)
+    if action:
+        rows = rows.filter(glob_filter("action", action))
+    agent = filters.text("agent", 100)
+    if agent:
+        rows = rows.filter(**{paths.agent: agent})
+    reviewer = filters.text("reviewer", 150)
+    if reviewer:  # one decision per reviewer and proposal: the join adds no duplicates
+        rows = rows.filter(**{paths.reviewer: reviewer})
+    since = filters.moment("created_since")
+    if since:
+        rows = rows.filter(created_at__gte=since)
+    until = filters.moment("created_until")
+    if until:
+        rows = rows.filter(created_at__lt=until)
+    text = filters.text("q")
+    if text:
+        matches = Q()
+        for field in paths.text:
+            matches |= Q(**{f"{field}__icontains": text})
+        rows = rows.filter(matches)
+    since_id = filters.integer("since_id", 0, 2**63 - 1)
+    if since_id is not None:
+        rows = rows.filter(id__gt=since_id)
+    return rows
+
+
 def glob_filter(field: str, pattern: str) -> Q:
     """Rows whose ``field`` matches a glob: exact without wildcards, a prefix for ``name*``
     (both use an index), else a regular expression."""
