@@ -364,19 +364,9 @@ def long_poll(view, read_again=None, methods=("GET", "HEAD", "POST")):
                 retell(response, execution_status=known[3])
             return False
 
-        if getattr(request, WAITS_OFF_THREAD, False):
-            response.long_poll = long_poll
-            return response
-        _release()  # this thread waits: its connection need not
-        if not async_to_sync(long_poll)():
-            return response
-        return waiting_view(request, *args, **kwargs)
+        return _held(request, response, long_poll, lambda: waiting_view(request, *args, **kwargs))
 
-    # What drf-spectacular and DRF's tooling read off a view.
-    waiting_view.cls = view.cls
-    waiting_view.initkwargs = view.initkwargs
-    waiting_view.csrf_exempt = True
-    return waiting_view
+    return _like(waiting_view, view)
 
 
 @dataclass
@@ -464,14 +454,25 @@ def wait_for_rows(view):
         async def long_poll() -> bool:
             return await watcher().any_change(left)
 
-        if getattr(request, WAITS_OFF_THREAD, False):
-            response.long_poll = long_poll
-            return response
-        _release()
-        if not async_to_sync(long_poll)():
-            return response
-        return waiting_view(request, *args, **kwargs)
+        return _held(request, response, long_poll, lambda: waiting_view(request, *args, **kwargs))
 
+    return _like(waiting_view, view)
+
+
+def _held(request, response, long_poll, ask_again):
+    """Hold ``response`` until ``long_poll()`` says: under Airlock's ASGI handler, which awaits
+    it without a thread; on a plain thread, here. Woken (True): ``ask_again()``."""
+    if getattr(request, WAITS_OFF_THREAD, False):
+        response.long_poll = long_poll
+        return response
+    _release()  # this thread waits: its connection need not
+    if not async_to_sync(long_poll)():
+        return response
+    return ask_again()
+
+
+def _like(waiting_view, view):
+    """What drf-spectacular and DRF's tooling read off a view, on its waiting wrapper."""
     waiting_view.cls = view.cls
     waiting_view.initkwargs = view.initkwargs
     waiting_view.csrf_exempt = True
