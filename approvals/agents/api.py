@@ -123,13 +123,8 @@ def proposal_data(user, pk: int) -> dict:
     row = _proposal_row.first(pk=pk)
     if row is None or (is_agent(user) and row["agent_id"] != user.agent.pk):
         raise ApiError(404, "not_found", f"proposal {pk} does not exist or is not visible to you")
-    row["decisions"] = _decision_rows.rows(pk=pk) if may_have_decisions(row) else []
+    row["decisions"] = _decision_rows.rows(pk=pk) if listing.may_have_decisions(row) else []
     return represent(row)
-
-
-def may_have_decisions(row: dict) -> bool:
-    """Whether reviewers decided anything: an approval is counted with it, a rejection closes."""
-    return row["approvals_count"] > 0 or row["status"] == ProposalStatus.REJECTED
 
 
 def represent(row: dict) -> dict:

@@ -80,7 +80,7 @@ def proposals_page(user, params, fields: list[str], represent) -> dict:
 
 def _attach_decisions(rows: list[dict]) -> None:
     """Each row's decisions, oldest first: one query for the page, none if nobody decided."""
-    decided = [row["id"] for row in rows if _may_have_decisions(row)]
+    decided = [row["id"] for row in rows if may_have_decisions(row)]
     by_proposal: dict[int, list[dict]] = {pk: [] for pk in decided}
     if decided:
         for decision in (
@@ -99,7 +99,8 @@ def _attach_decisions(rows: list[dict]) -> None:
         row["decisions"] = by_proposal.get(row["id"], [])
 
 
-def _may_have_decisions(row: dict) -> bool:
+def may_have_decisions(row: dict) -> bool:
+    """Whether reviewers decided anything: an approval is counted with it, a rejection closes."""
     return row["approvals_count"] > 0 or row["status"] == ProposalStatus.REJECTED
 
 
