@@ -14,6 +14,8 @@ class ApprovalsConfig(AppConfig):
         from approvals.policy import models as policy_models  # noqa: F401
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from approvals.core import outbox
 
         # Registered in every process, web included: enqueue() finds a task by its name.
@@ -30,3 +32,13 @@ class ApprovalsConfig(AppConfig):
         execution_ended.connect(
             notify_outbox.on_execution_ended, dispatch_uid="approvals.execution_ended"
         )
+        post_migrate.connect(_text_index_in_step, sender=self, dispatch_uid="approvals.text")
+
+
+def _text_index_in_step(using, **kwargs) -> None:
+    """Put back the text index's triggers if a migration remade the proposals table."""
+    from django.db import connections
+
+    from approvals.models import Proposal
+
+    Proposal.text_index.ensure(connections[using])

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from approvals.choices import ACTIVE, DecisionKind, ProposalStatus, Urgency
 from executions.models import Execution
+from infrastructure.text_index import TextIndex
 
 TOKEN_PREFIX = "alk_"
 
@@ -115,6 +116,9 @@ class Proposal(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = ProposalQuerySet.as_manager()
+
+    # ``?q=`` on the proposals and executions lists (migration 0007 makes it).
+    text_index = TextIndex("approvals_proposal", ("summary", "reason"))
 
     class Meta:
         constraints = [

@@ -26,6 +26,10 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "task": "approvals.tasks.expire_pending",
             "schedule": 20.0,
         },
+        "index-text": {  # searches index the rest themselves
+            "task": "approvals.tasks.index_text",
+            "schedule": 10.0,
+        },
         "reap-sandboxes": {
             "task": "executions.tasks.reap_sandboxes",
             "schedule": 300.0,

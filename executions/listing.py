@@ -78,7 +78,7 @@ PATHS = Paths(
     risk="proposal__risk_score",
     agent="proposal__agent__name",
     reviewer="proposal__decisions__reviewer__username",
-    text=("proposal__summary", "proposal__reason"),
+    text="proposal",
 )
 
 
@@ -112,7 +112,7 @@ def list_parameters() -> list[OpenApiParameter]:
         OpenApiParameter("reviewer", str, description="only those of proposals this person decided on"),
         OpenApiParameter("created_since", str, description="only those queued at or after this ISO 8601 time"),
         OpenApiParameter("created_until", str, description="only those queued before this ISO 8601 time"),
-        OpenApiParameter("q", str, description="only those whose proposal's summary or reason holds this text"),
+        OpenApiParameter("q", str, description="only those whose proposal's summary or reason holds this text, case ignored"),
         OpenApiParameter("since_id", int, description="only executions newer than this id"),
         *paging_parameters("`newest`", ORDERS),
     ]  # fmt: skip

@@ -21,11 +21,17 @@ fresh deployment whose table holds that many proposals (seeded in bulk, 1 % of
 them pending, eleven risk scores, three actions, two agents), then one client
 reads pages of 100 one after another: the newest, the pending queue by risk, a
 page twenty cursors deep, filters on agent and action glob, a text search, and
-the executions list; against the floor and a single proposal's read.
+the executions list; against the floor and a single proposal's read. Then
+proposals created one after another, in blocks alternating between that
+deployment and a second one of the same size without the text index: what
+the index costs the write.
 
     .venv/bin/python scripts/benchmark_api.py [--clients 10] [--seconds 5] [--web-processes 1,2]
                                               [--consoles 2]
-    .venv/bin/python scripts/benchmark_api.py --lists 10000,1000000 [--pages 200]
+    .venv/bin/python scripts/benchmark_api.py --lists 10000,1000000 [--pages 200] [--scale]
+
+``--scale`` runs the lists on PostgreSQL + Redis (``--database-url``, ``--redis-url``:
+a fresh database for each size) instead of the embedded SQLite.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -49,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 import websockets  # noqa: E402
 
 from scripts.benchmarking import percentile  # noqa: E402
-from tests.serving import Server, reviewer_token, start_server  # noqa: E402
+from tests.serving import Server, reviewer_token, start_server, user_token  # noqa: E402
 
 # Scores above the auto-approve threshold: the proposal waits for a person.
 REVIEWED_CODE = "import subprocess\nsubprocess.run(['ls', '/'])\n"
@@ -186,86 +193,220 @@ def measure(web_processes: int, clients: int, seconds: float, consoles: int) -> 
             server.stop()
 
 
-def seed(database: Path, count: int) -> None:
-    """``count`` proposals in one statement."""
-    import sqlite3
+SEED_ROWS = """
+    INSERT INTO approvals_proposal (action, parameters, summary, reason, urgency, status,
+        risk_score, risk_reasons, decision_path, policy_version, required_approvals,
+        approvals_count, created_at, updated_at, agent_id)
+    SELECT
+        CASE i % 3 WHEN 0 THEN 'script.execute' WHEN 1 THEN 'docker.run_container'
+            ELSE 'host.restart_service' END,
+        '{{}}', 'seeded proposal ' || i, 'benchmark row ' || i, 'normal',
+        CASE WHEN i % 100 = 0 THEN 'pending' WHEN i % 7 = 0 THEN 'rejected'
+            WHEN i % 5 = 0 THEN 'denied' ELSE 'approved' END,
+        i % 11, '[]', '{{}}', 1, 1, 0, {moment}, {moment},
+        CASE i % 2 WHEN 0 THEN {agents[0]} ELSE {agents[1]} END
+    FROM {numbers}
+"""
+AGENTS = "SELECT id FROM approvals_agent ORDER BY id"
+SECOND_AGENT = (
+    "INSERT INTO approvals_agent (name, token_hash, token_hint, capabilities, is_active, "
+    "created_at) VALUES ('bench-bot', 'x', 'x', '[]', true, '2026-01-01 00:00:00+00')"
+)
 
-    with contextlib.closing(sqlite3.connect(database, timeout=60)) as db, db:
-        agents = [row[0] for row in db.execute("SELECT id FROM approvals_agent ORDER BY id")]
-        if len(agents) < 2:
-            db.execute(
-                "INSERT INTO approvals_agent (name, token_hash, token_hint, capabilities, "
-                "is_active, created_at) VALUES ('bench-bot', 'x', 'x', '[]', 1, "
-                "'2026-01-01 00:00:00')"
+
+class SQLiteTable:
+    """The embedded deployment's proposals table: seeded in one statement; its text
+    index's triggers taken away and put back."""
+
+    name = "SQLite"
+
+    def __init__(self, data_dir: Path):
+        import sqlite3
+
+        self.db = sqlite3.connect(data_dir / "airlock.sqlite3", timeout=60)
+        self.triggers = self.db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+            "AND tbl_name = 'approvals_proposal' AND name LIKE '%_text_%'"
+        ).fetchall()
+        assert len(self.triggers) == 3, self.triggers
+
+    def seed(self, count: int) -> None:
+        with self.db:
+            if len(self.db.execute(AGENTS).fetchall()) < 2:
+                self.db.execute(SECOND_AGENT)
+            agents = [row[0] for row in self.db.execute(AGENTS)]
+            numbers = (
+                f"(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                f"WHERE i < {count}) SELECT i FROM n)"
             )
-            agents = [row[0] for row in db.execute("SELECT id FROM approvals_agent ORDER BY id")]
-        db.execute(
-            f"""
-            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count})
-            INSERT INTO approvals_proposal (action, parameters, summary, reason, urgency,
-                status, risk_score, risk_reasons, decision_path, policy_version,
-                required_approvals, approvals_count, created_at, updated_at, agent_id)
-            SELECT
-                CASE i % 3 WHEN 0 THEN 'script.execute' WHEN 1 THEN 'docker.run_container'
-                    ELSE 'host.restart_service' END,
-                '{{}}', 'seeded proposal ' || i, 'benchmark row ' || i, 'normal',
-                CASE WHEN i % 100 = 0 THEN 'pending' WHEN i % 7 = 0 THEN 'rejected'
-                    WHEN i % 5 = 0 THEN 'denied' ELSE 'approved' END,
-                i % 11, '[]', '{{}}', 1, 1, 0,
-                datetime('2026-01-01', '+' || i || ' seconds'),
-                datetime('2026-01-01', '+' || i || ' seconds'),
-                CASE i % 2 WHEN 0 THEN {agents[0]} ELSE {agents[1]} END
-            FROM n
-            """
+            moment = "datetime('2026-01-01', '+' || i || ' seconds')"
+            self.db.execute(SEED_ROWS.format(agents=agents, numbers=numbers, moment=moment))
+            self.db.execute("ANALYZE")
+
+    def settle(self) -> None:
+        """The log of the seed's indexing written back, as a day's checkpoints would have."""
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def index(self, kept: bool) -> None:
+        with self.db:
+            for name, sql in self.triggers:
+                self.db.execute(sql if kept else f'DROP TRIGGER "{name}"')
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class PostgresTable:
+    """The scale deployment's proposals table: seeded from ``generate_series``; its
+    trigram indexes dropped and built again."""
+
+    name = "PostgreSQL"
+    INDEXES = ("summary", "reason")
+
+    def __init__(self, database_url: str):
+        import psycopg
+
+        self.db = psycopg.connect(database_url, autocommit=True)
+
+    def seed(self, count: int) -> None:
+        if len(self.db.execute(AGENTS).fetchall()) < 2:
+            self.db.execute(SECOND_AGENT)
+        agents = [row[0] for row in self.db.execute(AGENTS)]
+        numbers = f"generate_series(1, {count}) AS i"
+        moment = "timestamptz '2026-01-01 00:00:00+00' + i * interval '1 second'"
+        self.db.execute(
+            SEED_ROWS.format(agents=agents, numbers=numbers, moment=moment)
+            .replace("'{}'", "'{}'::jsonb")
+            .replace("'[]'", "'[]'::jsonb")
         )
-        db.execute("ANALYZE")
+        self.db.execute("VACUUM ANALYZE approvals_proposal")
+
+    def settle(self) -> None:
+        pass  # VACUUM ANALYZE after the seed
+
+    def index(self, kept: bool) -> None:
+        for column in self.INDEXES:
+            name = f"approvals_proposal_{column}_trgm"
+            self.db.execute(
+                f"CREATE INDEX {name} ON approvals_proposal "
+                f"USING gin (UPPER({column}::text) gin_trgm_ops)"
+                if kept
+                else f"DROP INDEX {name}"
+            )
+
+    def close(self) -> None:
+        self.db.close()
 
 
-def measure_lists(count: int, pages: int) -> dict[str, Load]:
+@contextlib.contextmanager
+def deployment(count: int, scale: dict | None, index: bool = True):
+    """A served deployment whose table holds ``count`` proposals, with or without the
+    text index; yields (server, its data dir, its table)."""
     with tempfile.TemporaryDirectory(prefix="airlock-bench-lists-") as data_dir:
-        server = start_server(Path(data_dir))
+        server = start_server(Path(data_dir), extra_env=scale)
+        table = PostgresTable(scale["DATABASE_URL"]) if scale else SQLiteTable(Path(data_dir))
         try:
             started = time.perf_counter()
-            seed(Path(data_dir) / "airlock.sqlite3", count)
-            print(f"  seeded {count:,} proposals in {time.perf_counter() - started:.1f} s")
-            token = reviewer_token(data_dir)
-            status, first = server.api("GET", "/api/v1/proposals?limit=100", token=token)
-            assert status == 200 and len(first["items"]) == 100, first
-            cursor = first["next_cursor"]
-            for _ in range(19):
-                _, page = server.api(
-                    "GET", f"/api/v1/proposals?limit=100&cursor={cursor}", token=token
-                )
-                cursor = page["next_cursor"]
-            kinds = {
-                "GET /livez (floor)": "/livez",
-                "GET /api/v1/proposals/{id}": f"/api/v1/proposals/{first['items'][0]['id']}",
-                "newest 100": "/api/v1/proposals?limit=100",
-                "pending queue, 100 by risk": "/api/v1/proposals?status=pending&limit=100",
-                "21st page (cursor)": f"/api/v1/proposals?limit=100&cursor={cursor}",
-                "agent + action glob": "/api/v1/proposals?limit=100&agent=bench-bot&action=docker.*",
-                "risk high, rejected": "/api/v1/proposals?limit=100&risk=high&status=rejected",
-                "text search q=": "/api/v1/proposals?limit=100&q=row+4242",
-            }
-            results = {}
-            for name, path in kinds.items():
-                results[name] = asyncio.run(sequential(server, token, path, pages))
-            return results
+            table.seed(count)
+            if not index:
+                table.index(False)
+            print(
+                f"  seeded {count:,} proposals in {time.perf_counter() - started:.1f} s"
+                + ("" if index else ", text index taken away")
+            )
+            yield server, data_dir, table
         finally:
+            table.close()
             server.stop()
 
 
-async def sequential(server: Server, token: str, path: str, count: int) -> Load:
-    """``count`` reads of ``path`` one after another on one connection (after a warm-up)."""
+def measure_lists(count: int, pages: int, scale: dict | None, bare: dict | None) -> dict[str, Load]:
+    """Creates against a second deployment of the same size without the text index
+    (``bare``: its database, on PostgreSQL), both fresh; then the list requests."""
+    with deployment(count, scale) as (server, data_dir, table):
+        token = user_token(data_dir, "reviewer", env=scale)
+        server.api("GET", "/api/v1/proposals?limit=1&q=seeded", token=token)  # indexes the seed
+        table.settle()
+        with deployment(count, bare, index=False) as (without, _, _):
+            creates = creates_with_and_without_text_index(server, without, pages)
+        status, first = server.api("GET", "/api/v1/proposals?limit=100", token=token)
+        assert status == 200 and len(first["items"]) == 100, first
+        cursor = first["next_cursor"]
+        for _ in range(19):
+            _, page = server.api("GET", f"/api/v1/proposals?limit=100&cursor={cursor}", token=token)
+            cursor = page["next_cursor"]
+        kinds = {
+            "GET /livez (floor)": "/livez",
+            "GET /api/v1/proposals/{id}": f"/api/v1/proposals/{first['items'][0]['id']}",
+            "newest 100": "/api/v1/proposals?limit=100",
+            "pending queue, 100 by risk": "/api/v1/proposals?status=pending&limit=100",
+            "21st page (cursor)": f"/api/v1/proposals?limit=100&cursor={cursor}",
+            "agent + action glob": "/api/v1/proposals?limit=100&agent=bench-bot&action=docker.*",
+            "risk high, rejected": "/api/v1/proposals?limit=100&risk=high&status=rejected",
+            "text search, 111 rows match": "/api/v1/proposals?limit=100&q=row+4242",
+            "text search, every row matches": "/api/v1/proposals?limit=100&q=benchmark",
+            "text search, none match": "/api/v1/proposals?limit=100&q=no+such+text",
+            "executions, newest 100": "/api/v1/executions?limit=100",
+        }
+        results = {}
+        for name, path in kinds.items():
+            results[name] = asyncio.run(sequential(server, token, path, pages))
+        results["text search after 100 new proposals"] = asyncio.run(
+            search_after_creates(server, token, max(pages // 5, 3))
+        )
+        results.update(creates)
+        return results
+
+
+async def search_after_creates(server: Server, token: str, count: int) -> Load:
+    """A search that first indexes the hundred proposals created since the last one."""
+    create = {"action": "script.execute", "reason": "benchmark fresh",
+              "parameters": {"language": "python", "code": REVIEWED_CODE}}  # fmt: skip
+    result = Load()
+    for _ in range(count):
+        await sequential(server, server.token, "/api/v1/proposals", 100, create)
+        result.latencies += (
+            await sequential(server, token, "/api/v1/proposals?limit=100&q=fresh", 1, warm=0)
+        ).latencies
+    return result
+
+
+def creates_with_and_without_text_index(kept: Server, away: Server, count: int) -> dict[str, Load]:
+    """What the text index costs a proposal's creation: creates one after another, in
+    blocks on two deployments of the same size, one with the index and one without
+    (no schema change while measuring: that alone slows the next statements)."""
+    create = {"action": "script.execute", "reason": "benchmark",
+              "parameters": {"language": "python", "code": REVIEWED_CODE}}  # fmt: skip
+    on, off = "create (pending), text index", "create (pending), no text index"
+    results = {on: Load(), off: Load()}
+    blocks = [on, off] * 12
+    random.Random(7).shuffle(blocks)  # no side always at the same moment
+    for block in blocks:
+        server = kept if block == on else away
+        measured = asyncio.run(
+            sequential(server, server.token, "/api/v1/proposals", max(count // 3, 5), create)
+        )
+        results[block].latencies += measured.latencies
+        for status, times in measured.errors.items():
+            results[block].errors[status] = results[block].errors.get(status, 0) + times
+    return results
+
+
+async def sequential(
+    server: Server, token: str, path: str, count: int, body: dict | None = None, warm: int = 5
+) -> Load:
+    """``count`` requests to ``path`` (GET, or POST of ``body``) one after another on
+    one connection (after ``warm`` of them, not measured)."""
     connection = Connection(server.base, token)
     await connection.open()
+    method, data = ("POST", json.dumps(body).encode()) if body else ("GET", b"")
     result = Load()
-    for _ in range(5):
-        await connection.request("GET", path)
+    for _ in range(warm):
+        await connection.request(method, path, data)
     started = time.perf_counter()
     for _ in range(count):
         began = time.perf_counter()
-        status, _ = await connection.request("GET", path)
+        status, _ = await connection.request(method, path, data)
         result.latencies.append(time.perf_counter() - began)
         if status >= 400:
             result.errors[status] = result.errors.get(status, 0) + 1
@@ -274,12 +415,13 @@ async def sequential(server: Server, token: str, path: str, count: int) -> Load:
     return result
 
 
-def print_lists(sizes: list[int], pages: int) -> None:
-    print(f"pages of 100, {pages} reads each, one client; cores={os.cpu_count()}")
+def print_lists(sizes: list[int], pages: int, scale: dict | None, bare: dict | None) -> None:
+    database = "PostgreSQL + Redis" if scale else "SQLite"
+    print(f"pages of 100, {pages} reads each, one client; {database}; cores={os.cpu_count()}")
     print("| proposals | request | p50 ms | p95 ms | p50 vs floor | errors |")
     print("|---|---|---|---|---|---|")
     for size in sizes:
-        results = measure_lists(size, pages)
+        results = measure_lists(size, pages, scale, bare)
         floor = statistics.median(next(iter(results.values())).latencies)
         for name, result in results.items():
             p50 = statistics.median(result.latencies)
@@ -310,9 +452,23 @@ def main() -> None:
         help="comma-separated table sizes: measure the list endpoints at each instead",
     )
     parser.add_argument("--pages", type=int, default=200, help="reads per list request")
+    parser.add_argument("--scale", action="store_true", help="lists: PostgreSQL + Redis")
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
     args = parser.parse_args()
     if args.lists:
-        print_lists([int(n) for n in args.lists.split(",")], args.pages)
+        sizes = [int(n) for n in args.lists.split(",")]
+        if not args.scale:
+            print_lists(sizes, args.pages, None, None)
+            return
+        from scripts.benchmark_execution import scale_env
+
+        for size in sizes:  # fresh databases each
+            with (
+                scale_env(args.database_url, args.redis_url, "_lists") as env,
+                scale_env(args.database_url, args.redis_url, "_lists_bare") as bare,
+            ):
+                print_lists([size], args.pages, env, bare)
         return
     counts = sorted({int(n) for n in args.web_processes.split(",")})
     print(f"clients={args.clients} seconds={args.seconds} cores={os.cpu_count()}")

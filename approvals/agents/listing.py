@@ -46,7 +46,7 @@ PATHS = Paths(
     risk="risk_score",
     agent="agent__name",
     reviewer="decisions__reviewer__username",
-    text=("summary", "reason"),
+    text="",
 )
 
 
@@ -132,7 +132,9 @@ def list_parameters() -> list[OpenApiParameter]:
             "created_until", str, description="only proposals made before this ISO 8601 time"
         ),
         OpenApiParameter(
-            "q", str, description="only proposals whose summary or reason holds this text"
+            "q",
+            str,
+            description="only proposals whose summary or reason holds this text, case ignored",
         ),
         OpenApiParameter(
             "since_id",

@@ -116,7 +116,7 @@ class Paths:
     risk: str
     agent: str
     reviewer: str
-    text: tuple[str, ...]
+    text: str  # the relation to the row whose text index ``q`` searches; "" for the row itself
 
 
 def shared_filters(filters: Filters, rows, paths: Paths):
@@ -145,10 +145,8 @@ def shared_filters(filters: Filters, rows, paths: Paths):
         rows = rows.filter(created_at__lt=until)
     text = filters.text("q")
     if text:
-        matches = Q()
-        for field in paths.text:
-            matches |= Q(**{f"{field}__icontains": text})
-        rows = rows.filter(matches)
+        model = rows.model._meta.get_field(paths.text).related_model if paths.text else rows.model
+        rows = rows.filter(model.text_index.matching(text, via=paths.text))
     since_id = filters.integer("since_id", 0, 2**63 - 1)
     if since_id is not None:
         rows = rows.filter(id__gt=since_id)
