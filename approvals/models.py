@@ -51,9 +51,21 @@ class Agent(models.Model):
         self.token_hash = hash_token(token)
         self.token_hint = token[:8]
 
-    def capability_for(self, action: str) -> str | None:
-        """The first capability glob that grants ``action``, or None."""
-        return next((glob for glob in self.capabilities if fnmatchcase(action, glob)), None)
+    def may_propose(self, action: str) -> bool:
+        """Whether some capability grants ``action``, on any target or on some."""
+        return any(fnmatchcase(action, c.partition(":")[0]) for c in self.capabilities)
+
+    def capability_for(self, action: str, target: str | None = None) -> str | None:
+        """The first capability that grants ``action`` (on ``target``, its first target's
+        value), or None. A capability is an action glob (``docker.*``) or an action glob
+        and a target glob (``tool.call:github.*``), which grants only on such targets."""
+        for capability in self.capabilities:
+            glob, _, on = capability.partition(":")
+            if fnmatchcase(action, glob) and (
+                not on or (target is not None and fnmatchcase(target, on))
+            ):
+                return capability
+        return None
 
 
 class UserToken(models.Model):

@@ -11,7 +11,8 @@ from rest_framework.views import APIView
 from accounts.roles import is_agent, is_reviewer
 from audit.services import actor_label
 from infrastructure.prepared import Prepared
-from infrastructure.rest.errors import ApiError, get_or_404
+from infrastructure.rest.errors import ApiError, error_responses, get_or_404
+from infrastructure.rest.serializers import Serializer
 
 from . import listing, services
 from .models import Execution, OutputChunk
@@ -52,6 +53,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "backend",
             "error",
             "last_seq",
+            "report_by",
             "provenance",
             "created_at",
             "started_at",
@@ -208,6 +210,58 @@ class ExecutionCancel(APIView):
         except services.ExecutionConflict as exc:
             raise ApiError(409, "conflict", str(exc)) from None
         return Response(execution_data(request.user, pk), status=status.HTTP_202_ACCEPTED)
+
+
+class ReportSerializer(Serializer):
+    """How a call the agent carried out went (``tool.call``)."""
+
+    status = serializers.ChoiceField(
+        choices=["succeeded", "failed"], help_text="whether the call did what it was asked"
+    )
+    output = serializers.JSONField(
+        required=False,
+        default="",
+        help_text="what the call returned or why it failed: text, or any JSON (kept as the "
+        "execution's stdout, text as it is, JSON serialized)",
+    )
+
+
+class ExecutionReport(APIView):
+    @extend_schema(
+        request=ReportSerializer,
+        responses={
+            200: ExecutionSerializer,
+            **error_responses(
+                e400="the body is not a report",
+                e403="not the agent whose proposal this execution carries out",
+                e404="no such execution",
+                e409="carried out by Airlock, already reported, or lost past its deadline",
+            ),
+        },
+        summary="Report how a call the agent carried out went",
+        description="For `tool.call`: once approved, the proposing agent makes the call "
+        "and reports here, once, before `report_by`; after it the execution is `lost`.",
+    )
+    def post(self, request, pk: int):
+        if not is_agent(request.user):
+            raise ApiError(
+                403, "permission_denied", "only the proposing agent reports; use its token"
+            )
+        report = ReportSerializer(data=request.data)
+        report.is_valid(raise_exception=True)
+        unknown = set(request.data) - set(report.fields) if isinstance(request.data, dict) else ()
+        if unknown:
+            raise serializers.ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+        try:
+            services.report(
+                pk,
+                actor_label(request.user.agent),
+                report.validated_data["status"] == "succeeded",
+                report.validated_data["output"],
+            )
+        except services.ReportRefused as refused:
+            raise ApiError(refused.status, refused.kind, refused.message) from None
+        return Response(execution_data(request.user, pk))
 
 
 def _int_param(request, name: str, default: int, minimum: int, maximum: int) -> int:

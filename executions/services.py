@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from django.conf import settings
@@ -37,6 +37,7 @@ from .signals import execution_ended
 
 log = logging.getLogger(__name__)
 RUN_EXECUTION = "executions.tasks.run_execution"  # the task that runs one (tasks.py)
+REPORTED_BACKEND = "agent"  # what carried out an execution its agent reports
 _insert_execution = PreparedInsert(Execution)
 _update_execution = PreparedUpdate(Execution)
 
@@ -89,14 +90,29 @@ def create_execution(
     records and enqueues it once the approval that it carries out is recorded.
 
     Its first dispatch is recorded with the row; should the enqueue fail, the
-    sweeper dispatches it again.
+    sweeper dispatches it again. An action the agent carries out itself
+    (``reported``) is not queued: it is running from its approval on, until
+    the agent reports or ``TOOL_REPORT_SECONDS`` pass.
     """
+    row = {
+        "action": action,
+        "parameters": parameters,
+        "requested_by": requested_by,
+        "command_hash": command_hash(action, parameters),
+        "capabilities_used": capabilities_used,
+    }
+    spec = get_action(action)
+    if spec is not None and spec.reported:
+        now = timezone.now()
+        return _insert_execution.create(
+            **row,
+            status=ExecutionStatus.RUNNING,
+            backend=REPORTED_BACKEND,
+            started_at=now,
+            report_by=now + timedelta(seconds=settings.TOOL_REPORT_SECONDS),
+        )
     return _insert_execution.create(
-        action=action,
-        parameters=parameters,
-        requested_by=requested_by,
-        command_hash=command_hash(action, parameters),
-        capabilities_used=capabilities_used,
+        **row,
         queue=queue_for(action, parameters),
         limits=limits_for(action, parameters).as_dict(),
         dispatch_count=1,
@@ -105,9 +121,99 @@ def create_execution(
 
 
 def queued(execution: Execution, actor: str) -> None:
-    """Record a new execution as queued; it is enqueued once the transaction commits."""
+    """Record a new execution as queued; it is enqueued once the transaction commits.
+    One the agent carries out is recorded as waiting for its report instead."""
+    if execution.report_by is not None:
+        record(
+            actor,
+            "execution.awaiting_report",
+            execution,
+            action=execution.action,
+            report_by=execution.report_by.isoformat(),
+        )
+        _announce(execution)
+        return
     record(actor, "execution.queued", execution, action=execution.action, queue=execution.queue)
     transaction.on_commit(lambda: enqueue(execution.pk, execution.queue))
+
+
+class ReportRefused(Exception):
+    """A report the execution does not take: ``status`` is the HTTP answer's."""
+
+    def __init__(self, status: int, kind: str, message: str):
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+def report(execution_id: int, reporter: str, succeeded: bool, output: object) -> Execution:
+    """The outcome of an execution its agent carried out, as that agent reports it: once,
+    before the deadline; the output becomes the execution's stdout."""
+    execution = Execution.objects.filter(pk=execution_id).first()
+    if execution is None:
+        raise ReportRefused(404, "not_found", f"execution {execution_id} does not exist")
+    if execution.requested_by != reporter:
+        raise ReportRefused(
+            403,
+            "permission_denied",
+            f"execution {execution_id} carries out another agent's proposal; only it reports",
+        )
+    if execution.report_by is None:
+        raise ReportRefused(
+            409, "conflict", f"execution {execution_id} is carried out by Airlock, not reported"
+        )
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    data = text.encode()
+    truncated = len(data) > settings.OUTPUT_CAP_BYTES
+    text = data[: settings.OUTPUT_CAP_BYTES].decode(errors="ignore") if truncated else text
+    now = timezone.now()
+    status = ExecutionStatus.SUCCEEDED if succeeded else ExecutionStatus.FAILED
+    with transaction.atomic():
+        ended = _take(
+            execution_id,
+            ExecutionStatus.RUNNING,
+            status,
+            exit_code=0 if succeeded else 1,
+            finished_at=now,
+            truncated=truncated,
+            last_seq=1 if text else 0,
+            output_bytes=len(text.encode()),
+            error="" if succeeded else "the agent reported the call failed",
+        )
+        if ended is None:
+            execution.refresh_from_db()
+            if execution.status == ExecutionStatus.LOST:
+                raise ReportRefused(
+                    409,
+                    "conflict",
+                    f"execution {execution_id} is lost: the report was due by "
+                    f"{execution.report_by.isoformat()}",
+                )
+            if execution.status == ExecutionStatus.CANCELLED:
+                raise ReportRefused(
+                    409,
+                    "conflict",
+                    f"execution {execution_id} was cancelled by {execution.cancel_requested_by} "
+                    "before it was reported",
+                )
+            raise ReportRefused(
+                409,
+                "conflict",
+                f"execution {execution_id} was already reported ({execution.status})",
+            )
+        if text:
+            OutputChunk.objects.create(execution=ended, seq=1, stream="stdout", data=text)
+        duration = int((now - ended.started_at).total_seconds() * 1000) if ended.started_at else 0
+        record(
+            reporter,
+            f"execution.{status}",
+            ended,
+            exit_code=ended.exit_code,
+            duration_ms=duration,
+            truncated=truncated,
+            reported=True,
+        )
+        _announce(ended)
+    return ended
 
 
 def limits_for(action: str, parameters: dict) -> Limits:
@@ -373,20 +479,25 @@ def finish(
 
 
 def request_cancel(execution_id: int, actor: str) -> Execution:
-    """queued → cancelled at once; running → the worker is told and stops it."""
+    """queued → cancelled at once; running → the worker is told and stops it. One the
+    agent carries out is cancelled at once too: its approval is withdrawn, and a
+    report after it is refused."""
     with transaction.atomic():
         now = timezone.now()
-        if execution := _take(
-            execution_id,
-            ExecutionStatus.QUEUED,
-            ExecutionStatus.CANCELLED,
-            finished_at=now,
-            cancel_requested_at=now,
-            cancel_requested_by=actor,
-        ):
-            record(actor, "execution.cancelled", execution, before="queued")
-            _announce(execution)
-            return execution
+        reported = Execution.objects.filter(pk=execution_id, report_by__isnull=False).exists()
+        for source in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING)[: 2 if reported else 1]:
+            execution = _take(
+                execution_id,
+                source,
+                ExecutionStatus.CANCELLED,
+                finished_at=now,
+                cancel_requested_at=now,
+                cancel_requested_by=actor,
+            )
+            if execution:
+                record(actor, "execution.cancelled", execution, before=source)
+                _announce(execution)
+                return execution
         updated = Execution.objects.filter(
             pk=execution_id, status=ExecutionStatus.RUNNING, cancel_requested_at__isnull=True
         ).update(cancel_requested_at=now, cancel_requested_by=actor)
@@ -412,20 +523,34 @@ def sweep() -> dict:
         created_at__lt=stale_dispatch,
     ).values_list("pk", flat=True):
         requeued += dispatch(execution_id)
-    lost = 0
+    lost = _mark_lost(
+        Q(report_by__lt=now),
+        now,
+        "the agent did not report how the call went in time; it may or may not have been made",
+        lambda execution: {"report_by": str(execution.report_by)},
+    )
     dead_before = now - timedelta(seconds=settings.WORKER_LOST_AFTER_SECONDS)
-    for execution_id in Execution.objects.filter(
-        status=ExecutionStatus.RUNNING, heartbeat_at__lt=dead_before
-    ).values_list("pk", flat=True):
+    lost += _mark_lost(
+        Q(heartbeat_at__lt=dead_before),
+        now,
+        "worker stopped heartbeating; not re-run",
+        lambda execution: {"worker_host": execution.worker_host},
+    )
+    return {"requeued": requeued, "lost": lost}
+
+
+def _mark_lost(which: Q, now, error: str, data: Callable[[Execution], dict]) -> int:
+    """Running executions that ``which`` picks, lost, each recorded with ``data`` of it."""
+    lost = 0
+    for execution_id in Execution.objects.filter(which, status=ExecutionStatus.RUNNING).values_list(
+        "pk", flat=True
+    ):
         with transaction.atomic():
             if execution := _take(
-                execution_id,
-                ExecutionStatus.RUNNING,
-                ExecutionStatus.LOST,
-                finished_at=now,
-                error="worker stopped heartbeating; not re-run",
-            ):
-                record("system", "execution.lost", execution, worker_host=execution.worker_host)
+                execution_id, ExecutionStatus.RUNNING, ExecutionStatus.LOST,
+                finished_at=now, error=error,
+            ):  # fmt: skip
+                record("system", "execution.lost", execution, **data(execution))
                 _announce(execution)
                 lost += 1
-    return {"requeued": requeued, "lost": lost}
+    return lost

@@ -9,4 +9,5 @@ urlpatterns = [
     path("executions/<int:pk>", api.ExecutionDetail.as_view(), name="detail"),
     path("executions/<int:pk>/output", api.ExecutionOutput.as_view(), name="output"),
     path("executions/<int:pk>/cancel", api.ExecutionCancel.as_view(), name="cancel"),
+    path("executions/<int:pk>/report", api.ExecutionReport.as_view(), name="report"),
 ]

@@ -333,7 +333,7 @@ def describe_parameters(serializer_class) -> dict:
         if getattr(field, "choices", None):
             entry["choices"] = list(field.choices)
         if not field.required and field.default is not serializers.empty:
-            entry["default"] = field.default
+            entry["default"] = field.default() if callable(field.default) else field.default
         described[name] = entry
     return described
 
@@ -368,8 +368,8 @@ def capabilities(user) -> dict:
     """What ``user``'s token may propose, and the sandbox in force."""
     agent = user.agent if is_agent(user) else None
 
-    def allowed(action: str) -> bool:
-        return agent.capability_for(action) is not None if agent else False
+    def allowed(action: str) -> bool:  # for some of its targets at least
+        return agent.may_propose(action) if agent else False
 
     actions = [
         {

@@ -23,6 +23,7 @@ from approvals.models import Agent, Decision, Proposal
 from approvals.policy.prevalidators import prevalidate
 from approvals.policy.risk import assess
 from approvals.policy.rules import Policy, current_policy, evaluate
+from approvals.policy.tool_risk import tool_risk
 from audit.services import actor_label, record
 from executions import services as executions
 from executions.actions import get_action
@@ -123,12 +124,15 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     wants_network = bool(parameters.get("network"))
     if spec.sandboxed and wants_network and policy.script_network:
         _refuse_network_the_sandbox_lacks()
-    assessment = assess(spec.name, parameters, spec.base_risk)
+    base, found = spec.base_risk, []
+    if "tool" in spec.targets:
+        base, found = tool_risk(policy.tool_risk, parameters, spec.base_risk)
+    assessment = assess(spec.name, parameters, base, found)
     outcome = evaluate(
         policy,
         action=spec.name,
         targets=spec.target_values(parameters),
-        capability=agent.capability_for(spec.name),
+        capability=agent.capability_for(spec.name, spec.primary_target(parameters)),
         risk_score=assessment.score,
         wants_network=wants_network,
         weak_sandbox=status.weak_isolation() if spec.sandboxed else None,
@@ -190,7 +194,8 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
 
 
 def _new_execution(agent: Agent, action: str, parameters: dict):
-    capability = agent.capability_for(action)
+    spec = get_action(action)
+    capability = agent.capability_for(action, spec.primary_target(parameters) if spec else None)
     return executions.create_execution(
         action=action,
         parameters=parameters,

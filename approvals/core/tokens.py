@@ -12,7 +12,8 @@ from approvals.models import Agent, UserToken, hash_token, new_token
 from audit.services import record
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-CAPABILITY_RE = re.compile(r"^[a-z*?][a-z0-9_.*?\[\]-]{0,99}$")
+# An action-name glob, and for actions with a target, optionally a glob of it.
+CAPABILITY_RE = re.compile(r"^[a-z*?][a-z0-9_.*?\[\]-]{0,99}(:[A-Za-z0-9_.:/*?\[\]-]{1,200})?$")
 
 
 class TokenError(Exception):
@@ -25,7 +26,8 @@ def validate_capabilities(capabilities: list[str]) -> list[str]:
         glob = glob.strip()
         if not CAPABILITY_RE.match(glob):
             raise TokenError(
-                f"capability {glob!r} is not an action-name glob like script.execute or docker.*"
+                f"capability {glob!r} is not an action-name glob like script.execute or "
+                "docker.*, or one with a target glob like tool.call:github.*"
             )
         if glob not in cleaned:
             cleaned.append(glob)

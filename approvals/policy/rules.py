@@ -20,10 +20,13 @@ from rest_framework import serializers
 from approvals.choices import RISK_BANDS, DecisionStep, ProposalStatus, risk_band
 from approvals.policy.models import PolicyVersion
 from approvals.policy.prevalidators import PreValidation
+from approvals.policy.tool_risk import ToolRisk, ToolRiskSerializer
 from audit.services import actor_label, record
 from infrastructure.prepared import Prepared
 
-RULE_KINDS = ("action", "command", "service", "container", "process", "language", "host")
+RULE_KINDS = (
+    "action", "command", "service", "container", "process", "language", "host", "tool",
+)  # fmt: skip
 
 DEFAULT_POLICY = {
     "deny": [
@@ -149,6 +152,7 @@ class PolicySerializer(serializers.Serializer):
     )
     agent_overrides = serializers.DictField(child=OverrideSerializer(), default=dict)
     slack_routes = SlackRouteSerializer(many=True, default=list)
+    tool_risk = ToolRiskSerializer(many=True, default=list)
 
     def validate(self, data: dict) -> dict:
         if data["high_risk_at"] < data["auto_approve_below"]:
@@ -229,6 +233,8 @@ class Policy:
     # Slack channels for review requests, first match wins. In the policy because
     # admins edit it where they edit who reviews what: versioned, audited, exported.
     slack_routes: tuple[SlackRoute, ...] = ()
+    # The risk of tool calls (tool.call) by tool and argument: approvals.policy.tool_risk.
+    tool_risk: tuple[ToolRisk, ...] = ()
 
     @classmethod
     def from_data(cls, version: int, data: dict) -> Policy:
@@ -253,12 +259,14 @@ class Policy:
             if key in data
         }
         routes = tuple(SlackRoute.from_data(route) for route in data.get("slack_routes", []))
-        return cls(version=version, **lists, **scalars, slack_routes=routes)
+        tools = tuple(ToolRisk.from_data(rule) for rule in data.get("tool_risk", []))
+        return cls(version=version, **lists, **scalars, slack_routes=routes, tool_risk=tools)
 
     def as_data(self) -> dict:
         """The policy as the JSON document it was parsed from."""
         data = json.loads(json.dumps(asdict(self)))
         data.pop("version")
+        data["tool_risk"] = [rule.as_data() for rule in self.tool_risk]
         return data
 
     def slack_channel_for(self, agent: str, action: str, risk_score: int) -> str | None:
@@ -552,4 +560,6 @@ def describe_diff(before: dict, after: dict) -> list[str]:
 def _rule_label(rule: object) -> str:
     if isinstance(rule, dict) and "channel" in rule:
         return SlackRoute.from_data(rule).label()
+    if isinstance(rule, dict) and "tool" in rule:
+        return ToolRisk.from_data(rule).reason().removeprefix("policy: ")
     return f"{rule.get('kind')}:{rule.get('pattern')}" if isinstance(rule, dict) else str(rule)

@@ -31,6 +31,7 @@ from approvals.policy.rules import (
     PolicySerializer,
     RuleSerializer,
     SlackRouteSerializer,
+    ToolRiskSerializer,
     current_policy,
     update_policy,
 )
@@ -47,6 +48,10 @@ LIST_COMMENTS = {
     "notify": "approved, run, and reviewers notified",
 }
 RULE_LISTS = tuple(LIST_COMMENTS)
+TOOL_RISK_COMMENT = (
+    "risk of tool calls (tool.call), by tool (a glob): without argument its base risk, first "
+    "match; with argument and one of above, matches, not_matches, a finding when it holds"
+)
 ROUTES_COMMENT = (
     "Slack channels for review requests, first match wins "
     "(bands: low, medium, high, none = any; agent and action are globs)"
@@ -84,6 +89,8 @@ def export_text(data: dict) -> str:
             comment = "per agent: " + ", ".join(OVERRIDABLE)
         if key == "slack_routes":
             comment = ROUTES_COMMENT
+        if key == "tool_risk":
+            comment = TOOL_RISK_COMMENT
         parts.append(f"\n# {comment}\n" if comment else "\n")
         parts.append(_dump({key: value}))
     return "".join(parts)
@@ -188,6 +195,11 @@ def _unknown_keys(data: dict, node: Node | None) -> Iterator[str]:
     for i, route in enumerate(routes if isinstance(routes, list) else []):
         if isinstance(route, dict):
             yield from _unknown(route, route_fields, node, ("slack_routes", i))
+    tools = data.get("tool_risk")
+    tool_fields = set(ToolRiskSerializer().fields)
+    for i, rule in enumerate(tools if isinstance(tools, list) else []):
+        if isinstance(rule, dict):
+            yield from _unknown(rule, tool_fields, node, ("tool_risk", i))
     overrides = data.get("agent_overrides")
     override_fields = set(OverrideSerializer().fields)
     for agent, values in (overrides if isinstance(overrides, dict) else {}).items():

@@ -184,6 +184,55 @@ class SlackRouteForm(forms.Form):
 SlackRouteFormSet = forms.formset_factory(SlackRouteForm, extra=1, can_delete=True)
 
 
+class ToolRiskForm(forms.Form):
+    """One rule of the policy's tool risk (``approvals.policy.tool_risk``): a blank tool is
+    a blank row; ``when`` and ``value`` are its condition on ``argument``."""
+
+    tool = forms.CharField(max_length=200, required=False)
+    risk = forms.IntegerField(min_value=0, max_value=10, required=False)
+    argument = forms.CharField(max_length=100, required=False)
+    when = forms.ChoiceField(
+        choices=[("", "—"), ("above", "above"), ("matches", "matches"),
+                 ("not_matches", "not matches")],
+        required=False,
+    )  # fmt: skip
+    value = forms.CharField(max_length=500, required=False)
+    note = forms.CharField(max_length=200, required=False)
+
+    @classmethod
+    def initial_of(cls, rule: dict) -> dict:
+        when = next((c for c in ("above", "matches", "not_matches") if c in rule), "")
+        return {**rule, "when": when, "value": rule.get(when, "")}
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("tool") and data.get("risk") is None:
+            self.add_error("risk", "a risk from 0 to 10")
+        if data.get("when") == "above" and data.get("value"):
+            try:
+                float(data["value"])
+            except ValueError:
+                self.add_error("value", "above takes a number")
+        return data
+
+    def rule(self) -> dict | None:
+        data = self.cleaned_data
+        if not data or data.get("DELETE") or not data.get("tool"):
+            return None
+        rule = {"tool": data["tool"], "risk": data["risk"]}
+        if data.get("argument"):
+            rule["argument"] = data["argument"]
+        if data.get("when"):
+            value = data.get("value", "")
+            rule[data["when"]] = float(value) if data["when"] == "above" and value else value
+        if data.get("note"):
+            rule["note"] = data["note"]
+        return rule
+
+
+ToolRiskFormSet = forms.formset_factory(ToolRiskForm, extra=1, can_delete=True)
+
+
 class PolicySettingsForm(forms.Form):
     auto_approve_below = forms.IntegerField(
         min_value=0, max_value=11, help_text="scores below this run at once (0 = never)"
@@ -261,10 +310,13 @@ def policy_initial(data: dict) -> dict:
         "notify": data["notify"],
         "overrides": overrides,
         "slack_routes": data.get("slack_routes", []),
+        "tool_risk": [ToolRiskForm.initial_of(rule) for rule in data.get("tool_risk", [])],
     }
 
 
-def policy_document(base: dict, settings_form, rule_sets: dict, overrides, routes=None) -> dict:
+def policy_document(
+    base: dict, settings_form, rule_sets: dict, overrides, routes=None, tools=None
+) -> dict:
     """The policy ``base`` with what the editor's valid forms say; keys it lacks stay as they were."""
     document = dict(base)
     document.update({k: v for k, v in settings_form.cleaned_data.items() if k != "comment"})
@@ -275,6 +327,8 @@ def policy_document(base: dict, settings_form, rule_sets: dict, overrides, route
     )
     if routes is not None:
         document["slack_routes"] = [route for form in routes if (route := form.route())]
+    if tools is not None:
+        document["tool_risk"] = [rule for form in tools if (rule := form.rule())]
     return document
 
 

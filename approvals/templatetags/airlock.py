@@ -32,6 +32,17 @@ def pretty_json(value) -> str:
 
 
 @register.filter
+def readable_arguments(arguments) -> list[tuple[str, str]]:
+    """A tool call's arguments as (name, value) lines: text as it is, the rest as JSON."""
+    if not isinstance(arguments, dict):
+        return []
+    return [
+        (name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        for name, value in arguments.items()
+    ]
+
+
+@register.filter
 def duration(ms: int | None) -> str:
     if ms is None:
         return "—"

@@ -1,17 +1,17 @@
 """The action catalog (MISSION §2): name -> ActionSpec.
 
 Each module of the package describes a family of actions (``scripts``,
-``sandbox``, ``docker``, ``host``) as ``ACTIONS``, a list of ``ActionSpec``
+``sandbox``, ``docker``, ``host``, ``tools``) as ``ACTIONS``, a list of ``ActionSpec``
 (``base``); the catalog is their union, in this order. A new family is a
 module of its own with its ``ACTIONS``, added to ``FAMILIES`` below.
 """
 
 from __future__ import annotations
 
-from . import docker, host, sandbox, scripts
+from . import docker, host, sandbox, scripts, tools
 from .base import ActionContext, ActionSpec
 
-FAMILIES = (scripts, sandbox, docker, host)
+FAMILIES = (scripts, sandbox, docker, host, tools)
 
 
 def _catalog() -> dict[str, ActionSpec]:

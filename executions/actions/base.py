@@ -43,6 +43,7 @@ class ActionSpec:
     read_only: bool = False
     host_bound: bool = False  # carried out by the worker on the host it acts on
     sandboxed: bool = False  # runs code the agent wrote, in the sandbox in force
+    reported: bool = False  # carried out by the proposing agent, which reports the outcome
     # Policy targets: kind -> parameter name, e.g. {"container": "container"}.
     targets: dict[str, str] = field(default_factory=dict)
     summary: Callable[[dict], str] | None = None
@@ -64,6 +65,10 @@ class ActionSpec:
                 {name: ["unknown parameter"] for name in sorted(unknown)}
             )
         return dict(serializer.validated_data)
+
+    def primary_target(self, parameters: dict) -> str | None:
+        """The value of the action's first target (what a scoped capability names)."""
+        return next(iter(self.target_values(parameters).values()), None)
 
     def target_values(self, parameters: dict) -> dict[str, str]:
         return {

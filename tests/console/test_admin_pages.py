@@ -63,13 +63,22 @@ def test_the_editor_covers_every_field_of_the_policy_document():
         PolicySerializer,
         SlackRouteSerializer,
     )
-    from approvals.review.forms import OverrideForm, PolicySettingsForm, SlackRouteForm
+    from approvals.policy.tool_risk import CONDITIONS, ToolRiskSerializer
+    from approvals.review.forms import (
+        OverrideForm,
+        PolicySettingsForm,
+        SlackRouteForm,
+        ToolRiskForm,
+    )
 
-    lists = {"deny", "allow", "notify", "agent_overrides", "slack_routes"}
+    lists = {"deny", "allow", "notify", "agent_overrides", "slack_routes", "tool_risk"}
     edited = set(PolicySettingsForm.base_fields) | lists
     assert set(PolicySerializer().fields) <= edited
     assert set(OverrideSerializer().fields) <= set(OverrideForm.base_fields)
     assert set(SlackRouteSerializer().fields) <= set(SlackRouteForm.base_fields)
+    # The three conditions are one choice (when) and its value.
+    assert set(ToolRiskSerializer().fields) - set(CONDITIONS) <= set(ToolRiskForm.base_fields)
+    assert {"when", "value"} <= set(ToolRiskForm.base_fields)
     assert "language" in RULE_KINDS
 
 

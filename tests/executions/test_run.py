@@ -328,6 +328,7 @@ def result_contract(execution: Execution) -> dict:
         "backend": execution.backend,
         "error": execution.error,
         "last_seq": execution.last_seq,
+        "report_by": when(execution.report_by),  # only for a call the agent carries out
         "provenance": {
             "command_hash": execution.command_hash,
             "capabilities_used": execution.capabilities_used,

@@ -49,6 +49,9 @@ def test_every_action_of_the_catalog_gets_a_tool_with_a_valid_pattern():
     tools = Catalog(all_tools())
     for spec in catalog().values():
         schema = tools.input_schema(spec.name.replace(".", "_"))
+        if spec.reported:  # carried out by the agent: no result for a tool call to wait for
+            assert schema is None, spec.name
+            continue
         assert schema is not None, spec.name
         assert set(object_schema(spec.serializer)["properties"]) <= set(schema["properties"])
         for field in schema["properties"].values():

@@ -174,7 +174,9 @@ def action_description(spec: ActionSpec) -> str:
 
 
 def action_tools(propose: Callable[..., Awaitable[types.CallToolResult]]) -> list[ToolDef]:
-    """One tool per action of the catalog, in name order; ``propose(spec, call, arguments)``."""
+    """One tool per action of the catalog that Airlock carries out, in name order;
+    ``propose(spec, call, arguments)``. (A call waits for the run's result; an action
+    the agent carries out itself, ``tool.call``, has none to wait for.)"""
     return [
         ToolDef(
             name=tool_name(spec.name),
@@ -187,6 +189,7 @@ def action_tools(propose: Callable[..., Awaitable[types.CallToolResult]]) -> lis
             spec=spec,
         )
         for spec in sorted(catalog().values(), key=lambda spec: spec.name)
+        if not spec.reported
     ]
 
 

@@ -69,12 +69,15 @@ DEFAULT_RISK_SCORERS = (
 )
 
 
-def assess(action: str, parameters: dict, base_risk: int) -> RiskAssessment:
-    """Score one proposal: its action's base risk plus what every scorer finds."""
+def assess(
+    action: str, parameters: dict, base_risk: int, found: tuple[Finding, ...] | list = ()
+) -> RiskAssessment:
+    """Score one proposal: its action's base risk plus what every scorer finds, and the
+    findings ``found`` before (the policy's, for a tool call)."""
     action = str(action)
     if not isinstance(parameters, Mapping):
         parameters = {}
-    findings: list[Finding] = []
+    findings: list[Finding] = list(found)
     base = clamp(base_risk) if isinstance(base_risk, int) else MAX_SCORE // 2
     if base:
         findings.append(Finding(base, f"{action} starts at risk {base}"))

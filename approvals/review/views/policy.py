@@ -41,6 +41,7 @@ def _policy_forms(data=None, initial: dict | None = None) -> dict:
         "routes": forms.SlackRouteFormSet(
             data, initial=initial.get("slack_routes"), prefix="slack_routes"
         ),
+        "tools": forms.ToolRiskFormSet(data, initial=initial.get("tool_risk"), prefix="tool_risk"),
     }
 
 
@@ -50,6 +51,7 @@ def _valid(policy_forms: dict) -> bool:
         *policy_forms["rules"].values(),
         policy_forms["overrides"],
         policy_forms["routes"],
+        policy_forms["tools"],
     ]
     return all([part.is_valid() for part in parts])  # every part, so all errors show
 
@@ -106,6 +108,7 @@ def _draft(policy, policy_forms: dict) -> tuple[dict | None, list[str]]:
         policy_forms["rules"],
         policy_forms["overrides"],
         policy_forms["routes"],
+        policy_forms["tools"],
     )
     checked = PolicySerializer(data=document)
     if not checked.is_valid():
@@ -123,6 +126,7 @@ def _form_errors(policy_forms: dict) -> list[str]:
         **policy_forms["rules"],
         "overrides": policy_forms["overrides"],
         "slack_routes": policy_forms["routes"],
+        "tool_risk": policy_forms["tools"],
     }
     for list_name, formset in parts.items():
         lines += [f"{list_name}: {e}" for e in formset.non_form_errors()]
