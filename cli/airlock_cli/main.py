@@ -9,7 +9,7 @@ import time
 
 import click
 
-from airlock_cli import config, render, stream
+from airlock_cli import config, hooks, render, stream
 from airlock_cli.client import (
     CHAIN_BROKEN,
     DECIDED_AGAINST,
@@ -465,6 +465,54 @@ def audit_export(after, output, as_json):
     output.flush()
     if output is not sys.stdout:
         click.echo(f"{written} events written to {output.name}", err=True)
+
+
+# --- agent hooks ----------------------------------------------------------------------
+
+
+@cli.group(epilog=EPILOG)
+def hook():
+    """Permission hooks of coding agents: their tool calls decided in Airlock."""
+
+
+@hook.command("claude-code")
+@click.option(
+    "--timeout", type=float, default=300, show_default=True,
+    help="Seconds to wait for a reviewer before --on-timeout answers.",
+)  # fmt: skip
+@click.option(
+    "--on-timeout", type=click.Choice(hooks.DECISIONS), default="ask", show_default=True,
+    help="The answer when nobody decided in time (ask: Claude Code asks at the terminal).",
+)  # fmt: skip
+@click.option(
+    "--on-error", type=click.Choice(hooks.DECISIONS), default="ask", show_default=True,
+    help="The answer when Airlock cannot be asked (not logged in, unreachable, refused).",
+)  # fmt: skip
+@click.option(
+    "--prefix", default="claude-code.", show_default=True,
+    help="Put before the tool's name: policy reads tool:claude-code.Bash.",
+)  # fmt: skip
+def hook_claude_code(timeout, on_timeout, on_error, prefix):
+    """Claude Code's PreToolUse and PostToolUse hook: the event as JSON on standard input,
+    the decision as JSON on standard output; always exits 0.
+
+    \b
+    In .claude/settings.json:
+      {"hooks": {
+        "PreToolUse": [{"matcher": "*", "hooks": [
+          {"type": "command", "command": "airlock hook claude-code", "timeout": 360}]}],
+        "PostToolUse": [{"matcher": "*", "hooks": [
+          {"type": "command", "command": "airlock hook claude-code"}]}]}}
+    """
+    try:
+        event = json.loads(sys.stdin.read())
+    except ValueError:
+        event = None
+    answer = hooks.claude_code(
+        event, api, timeout=timeout, on_timeout=on_timeout, on_error=on_error, prefix=prefix
+    )
+    if answer is not None:
+        print(json.dumps(answer))
 
 
 def main() -> None:
