@@ -16,6 +16,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -193,3 +194,27 @@ def user_token(data_dir, username: str, env: dict[str, str] | None = None) -> st
 def reviewer_token(data_dir) -> str:
     """A personal API token of the demo ``reviewer`` of the deployment in ``data_dir``."""
     return user_token(data_dir, "reviewer")
+
+
+def decide_when_pending(server, tool: str, kind: str, comment: str = "") -> threading.Thread:
+    """A reviewer (``server.reviewer``'s token) who decides the first pending ``tool.call``
+    of ``tool`` once it shows: started now, joined by the caller."""
+
+    def decide():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, page = server.api(
+                "GET", "/api/v1/proposals?status=pending&action=tool.call", token=server.reviewer
+            )
+            mine = [p for p in page["items"] if p["parameters"]["tool"] == tool]
+            if mine:
+                server.api(
+                    "POST", f"/api/v1/proposals/{mine[0]['id']}/{kind}", {"comment": comment},
+                    token=server.reviewer,
+                )  # fmt: skip
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=decide)
+    thread.start()
+    return thread

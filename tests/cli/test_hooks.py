@@ -11,13 +11,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.serving import manage, start_server, user_token
+from tests.serving import decide_when_pending, manage, start_server, user_token
 
 AIRLOCK = Path(sys.executable).with_name("airlock")
 
@@ -72,31 +71,6 @@ def hook(deployment, payload, *args: str, token: str | None = None, timeout: flo
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)["hookSpecificOutput"] if result.stdout.strip() else None
-
-
-def decide_when_pending(deployment, tool: str, kind: str, comment: str) -> threading.Thread:
-    """A reviewer who decides the first pending call of ``tool`` once it shows."""
-
-    def decide():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            _, page = deployment.api(
-                "GET",
-                "/api/v1/proposals?status=pending&action=tool.call",
-                token=deployment.reviewer,
-            )
-            mine = [p for p in page["items"] if p["parameters"]["tool"] == tool]
-            if mine:
-                deployment.api(
-                    "POST", f"/api/v1/proposals/{mine[0]['id']}/{kind}", {"comment": comment},
-                    token=deployment.reviewer,
-                )  # fmt: skip
-                return
-            time.sleep(0.1)
-
-    thread = threading.Thread(target=decide)
-    thread.start()
-    return thread
 
 
 def test_an_approved_bash_command_is_allowed_then_its_outcome_reported(deployment):

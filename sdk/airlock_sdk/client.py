@@ -1,0 +1,221 @@
+"""``Airlock`` and ``AsyncAirlock``: the flows driven over HTTP, and functions behind approval."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+
+from airlock_sdk import flows
+from airlock_sdk.errors import ApiError, Unavailable
+from airlock_sdk.types import Proposal, Result
+
+F = TypeVar("F", bound=Callable[..., Any])
+USER_AGENT = "airlock-sdk/0.1"
+
+
+def _answer(response: httpx.Response) -> dict[str, Any]:
+    if response.is_success:
+        return response.json()
+    if response.status_code >= 500:
+        raise Unavailable(f"{response.request.url} answered {response.status_code}")
+    try:
+        error = response.json().get("error", {})
+    except ValueError:
+        error = {}
+    raise ApiError(
+        response.status_code,
+        error.get("type", "error"),
+        error.get("message") or f"HTTP {response.status_code}",
+    )
+
+
+def _httpx_arguments(request: flows.Request, timeout: float) -> dict[str, Any]:
+    return {
+        "method": request.method,
+        "url": f"/api/v1/{request.path}",
+        "params": request.params,
+        "json": request.json,
+        "timeout": timeout + request.wait,
+    }
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Accept": "application/json",
+            "User-Agent": USER_AGENT}  # fmt: skip
+
+
+def _arguments(function: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A call's arguments by name, as the function declares them (``self`` left out)."""
+    bound = inspect.signature(function).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return {name: value for name, value in bound.arguments.items() if name not in ("self", "cls")}
+
+
+def _reason(function: Callable, reason: str | None) -> str:
+    return reason if reason is not None else (inspect.getdoc(function) or "").split("\n")[0]
+
+
+class Airlock:
+    """Airlock's API for an agent (its token), one call at a time."""
+
+    def __init__(self, url: str, token: str, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.Client(base_url=self.url, headers=_headers(token), timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Airlock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _drive(self, flow: flows.Flow) -> Any:
+        try:
+            request = next(flow)
+            while True:
+                request = flow.send(self._send(request))
+        except StopIteration as done:
+            return done.value
+
+    def _send(self, request: flows.Request) -> dict[str, Any]:
+        try:
+            response = self._http.request(**_httpx_arguments(request, self.timeout))
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"cannot reach {self.url}: {exc}") from exc
+        return _answer(response)
+
+    def propose(self, action: str, parameters: dict[str, Any], *, reason: str = "",
+                urgency: str = "normal", idempotency_key: str | None = None) -> Proposal:  # fmt: skip
+        """Propose an action; the proposal as the policy left it (``status`` says)."""
+        return self._drive(flows.propose(action, parameters, reason, urgency, idempotency_key))
+
+    def wait(self, proposal: Proposal | int, *, until: str = "decided",
+             timeout: float = 3600) -> Proposal:  # fmt: skip
+        """The proposal once decided, or (``until="finished"``) once its run ended."""
+        return self._drive(flows.wait(proposal, until, timeout))
+
+    def result(self, execution_id: int) -> Result:
+        return self._drive(flows.result(execution_id))
+
+    def run_script(self, code: str, *, language: str = "python", reason: str = "",
+                   timeout: float = 3600) -> Result:  # fmt: skip
+        """Run a script behind approval; its result, or ``Failed`` with it."""
+        return self._drive(flows.run_script(code, language, reason, timeout))
+
+    def report(self, execution_id: int, *, succeeded: bool, output: Any = "") -> Result:
+        """How a tool call the agent carried out went (once, before its deadline)."""
+        return self._drive(flows.report(execution_id, succeeded, output))
+
+    def requires_approval(self, tool: str, *, reason: str | None = None,
+                          timeout: float = 3600) -> Callable[[F], F]:  # fmt: skip
+        """Decorate a function: each call is first a ``tool.call`` of ``tool`` with the
+        call's arguments, and runs only once approved; its return value (or its
+        exception) is reported. ``Denied``, ``Rejected``, ``Expired``, ``NotDecided``
+        instead of running."""
+
+        def decorate(function: F) -> F:
+            @functools.wraps(function)
+            def call(*args, **kwargs):
+                arguments = _arguments(function, args, kwargs)
+                approved = self._drive(
+                    flows.tool_call(tool, arguments, _reason(function, reason), timeout)
+                )
+                try:
+                    value = function(*args, **kwargs)
+                except Exception as exc:
+                    self.report(approved.execution_id, succeeded=False,
+                                output=f"{type(exc).__name__}: {exc}")  # fmt: skip
+                    raise
+                self.report(approved.execution_id, succeeded=True, output=value)
+                return value
+
+            return call  # type: ignore[return-value]
+
+        return decorate
+
+
+class AsyncAirlock:
+    """``Airlock`` for asyncio: the same calls, awaited."""
+
+    def __init__(self, url: str, token: str, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(token), timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncAirlock:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def _drive(self, flow: flows.Flow) -> Any:
+        try:
+            request = next(flow)
+            while True:
+                request = flow.send(await self._send(request))
+        except StopIteration as done:
+            return done.value
+
+    async def _send(self, request: flows.Request) -> dict[str, Any]:
+        try:
+            response = await self._http.request(**_httpx_arguments(request, self.timeout))
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"cannot reach {self.url}: {exc}") from exc
+        return _answer(response)
+
+    async def propose(self, action: str, parameters: dict[str, Any], *, reason: str = "",
+                      urgency: str = "normal", idempotency_key: str | None = None) -> Proposal:  # fmt: skip
+        return await self._drive(
+            flows.propose(action, parameters, reason, urgency, idempotency_key)
+        )
+
+    async def wait(self, proposal: Proposal | int, *, until: str = "decided",
+                   timeout: float = 3600) -> Proposal:  # fmt: skip
+        return await self._drive(flows.wait(proposal, until, timeout))
+
+    async def result(self, execution_id: int) -> Result:
+        return await self._drive(flows.result(execution_id))
+
+    async def run_script(self, code: str, *, language: str = "python", reason: str = "",
+                         timeout: float = 3600) -> Result:  # fmt: skip
+        return await self._drive(flows.run_script(code, language, reason, timeout))
+
+    async def report(self, execution_id: int, *, succeeded: bool, output: Any = "") -> Result:
+        return await self._drive(flows.report(execution_id, succeeded, output))
+
+    def requires_approval(self, tool: str, *, reason: str | None = None,
+                          timeout: float = 3600) -> Callable[[F], F]:  # fmt: skip
+        """``Airlock.requires_approval`` for ``async def`` functions."""
+
+        def decorate(function: F) -> F:
+            if not inspect.iscoroutinefunction(function):
+                raise TypeError(f"{function.__name__} is not async: use Airlock's decorator")
+
+            @functools.wraps(function)
+            async def call(*args, **kwargs):
+                arguments = _arguments(function, args, kwargs)
+                approved = await self._drive(
+                    flows.tool_call(tool, arguments, _reason(function, reason), timeout)
+                )
+                try:
+                    value = await function(*args, **kwargs)
+                except Exception as exc:
+                    await self.report(approved.execution_id, succeeded=False,
+                                      output=f"{type(exc).__name__}: {exc}")  # fmt: skip
+                    raise
+                await self.report(approved.execution_id, succeeded=True, output=value)
+                return value
+
+            return call  # type: ignore[return-value]
+
+        return decorate

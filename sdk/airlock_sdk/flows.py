@@ -1,0 +1,118 @@
+"""The protocol, written once for both clients: each operation is a generator that yields
+the ``Request`` it needs next and is sent the answer's JSON; what it returns is the
+operation's result. ``client.Airlock`` drives them with httpx's client,
+``client.AsyncAirlock`` with its async one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from airlock_sdk.errors import ENDED, Failed, NotDecided
+from airlock_sdk.types import Proposal, Result
+
+WAIT_STEP = 30  # seconds of one long-poll
+TERMINAL = ("succeeded", "failed", "timed_out", "cancelled", "lost")
+
+Flow = Generator["Request", dict[str, Any], Any]
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str  # under /api/v1/
+    params: dict[str, Any] = field(default_factory=dict)
+    json: dict[str, Any] | None = None
+    wait: float = 0  # seconds the server may hold it, on top of the client's timeout
+
+
+def propose(
+    action: str,
+    parameters: dict[str, Any],
+    reason: str = "",
+    urgency: str = "normal",
+    idempotency_key: str | None = None,
+) -> Generator[Request, dict, Proposal]:
+    body: dict[str, Any] = {
+        "action": action, "parameters": parameters, "reason": reason, "urgency": urgency,
+    }  # fmt: skip
+    if idempotency_key:
+        body["idempotency_key"] = idempotency_key
+    return Proposal.of((yield Request("POST", "proposals", json=body)))
+
+
+def wait(
+    proposal: Proposal | int, until: str = "decided", timeout: float = 3600
+) -> Generator[Request, dict, Proposal]:
+    """The proposal once decided (``until="decided"``) or once its run ended
+    (``"finished"``); ``Denied``, ``Rejected``, ``Expired`` if it will not run,
+    ``NotDecided`` if still pending after ``timeout`` seconds."""
+    pk = proposal if isinstance(proposal, int) else proposal.id
+    deadline = time.monotonic() + timeout
+    current = proposal if isinstance(proposal, Proposal) else None
+    while current is None or not _reached(current, until):
+        left = deadline - time.monotonic()
+        if current is not None and left <= 0:
+            if current.status == "pending":
+                raise NotDecided(current, timeout)
+            return current  # decided, its run not ended in time: the caller reads its state
+        step = min(WAIT_STEP, max(int(left), 1)) if current is not None else 0
+        params = {"wait": step, "until": until} if step else {}
+        current = Proposal.of((yield Request("GET", f"proposals/{pk}", params=params, wait=step)))
+        if current.status in ENDED:
+            raise ENDED[current.status](current)
+    return current
+
+
+def _reached(proposal: Proposal, until: str) -> bool:
+    if proposal.status in ENDED:
+        raise ENDED[proposal.status](proposal)
+    if proposal.status == "pending":
+        return False
+    return until == "decided" or proposal.execution_status in TERMINAL
+
+
+def result(execution_id: int) -> Generator[Request, dict, Result]:
+    return Result.of((yield Request("GET", f"executions/{execution_id}")))
+
+
+def run_script(
+    code: str, language: str = "python", reason: str = "", timeout: float = 3600
+) -> Generator[Request, dict, Result]:
+    """Propose a script, wait for its decision and its run, and its result; ``Failed``
+    if it did not succeed."""
+    proposal = yield from propose(
+        "script.execute", {"language": language, "code": code}, reason=reason
+    )
+    proposal = yield from wait(proposal, "finished", timeout)
+    ran = yield from result(proposal.execution_id)
+    if not ran.succeeded:
+        raise Failed(ran)
+    return ran
+
+
+def report(
+    execution_id: int, succeeded: bool, output: Any = ""
+) -> Generator[Request, dict, Result]:
+    body = {"status": "succeeded" if succeeded else "failed", "output": jsonable(output)}
+    return Result.of((yield Request("POST", f"executions/{execution_id}/report", json=body)))
+
+
+def tool_call(
+    tool: str, arguments: dict[str, Any], reason: str, timeout: float
+) -> Generator[Request, dict, Proposal]:
+    """A tool call proposed and decided: the approved proposal (its execution waits for
+    the report); ``Denied``, ``Rejected``, ``Expired``, ``NotDecided`` otherwise."""
+    proposal = yield from propose(
+        "tool.call", {"tool": tool, "arguments": jsonable(arguments)}, reason=reason
+    )
+    return (yield from wait(proposal, "decided", timeout))
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON has it: what JSON cannot hold becomes its ``repr``."""
+    return json.loads(json.dumps(value, default=repr))

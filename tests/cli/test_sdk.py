@@ -1,0 +1,154 @@
+"""``airlock_sdk``, installed as agent builders install it, against a running ``serve``:
+scripts, proposals, a function behind approval (sync and async), every way it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import airlock_sdk  # installed by scripts/bootstrap from sdk/, as agent builders install it
+import pytest
+
+from tests.serving import decide_when_pending, manage, start_server, user_token
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("sdk") / "data"
+    server = start_server(data_dir)
+    server.reviewer = user_token(data_dir, "reviewer")
+    created = manage(
+        data_dir, "create_agent", "billing-bot",
+        "--capability", "script.execute", "--capability", "tool.call:billing.*",
+    )  # fmt: skip
+    server.agent_token = created.split()[-1]
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def airlock(deployment):
+    with airlock_sdk.Airlock(deployment.base, deployment.agent_token) as client:
+        yield client
+
+
+def test_a_script_runs_behind_the_policy_and_answers_its_result(airlock):
+    result = airlock.run_script("print('hi')", reason="smoke test")
+    assert (result.status, result.exit_code, result.stdout) == ("succeeded", 0, "hi\n")
+    with pytest.raises(airlock_sdk.Failed) as failed:
+        airlock.run_script("import sys\nprint('no', file=sys.stderr)\nsys.exit(3)")
+    assert failed.value.result.exit_code == 3 and failed.value.result.stderr == "no\n"
+    assert failed.value.reason == "exit code 3"
+
+
+def test_an_approved_call_runs_and_its_return_value_is_reported(airlock, deployment):
+    refunds = []
+
+    @airlock.requires_approval(tool="billing.refund")
+    def refund(customer: str, amount: float, currency: str = "EUR") -> dict:
+        """Refund a customer."""
+        refunds.append((customer, amount))
+        return {"refund_id": "re_123", "amount": amount}
+
+    reviewer = decide_when_pending(deployment, "billing.refund", "approve", "ok")
+    assert refund("cus_42", 30.5) == {"refund_id": "re_123", "amount": 30.5}
+    reviewer.join()
+    assert refunds == [("cus_42", 30.5)]
+    _, page = deployment.api("GET", "/api/v1/proposals?action=tool.call", token=deployment.reviewer)
+    proposal = next(p for p in page["items"] if p["parameters"]["tool"] == "billing.refund")
+    assert proposal["parameters"]["arguments"] == {
+        "customer": "cus_42", "amount": 30.5, "currency": "EUR",
+    }  # fmt: skip
+    assert proposal["reason"] == "Refund a customer."
+    execution = airlock.result(proposal["execution_id"])
+    assert execution.status == "succeeded"
+    assert json.loads(execution.stdout) == {"refund_id": "re_123", "amount": 30.5}
+
+
+def test_a_rejected_call_never_runs_and_says_why(airlock, deployment):
+    ran = []
+
+    @airlock.requires_approval(tool="billing.close_account", reason="the customer asked")
+    def close(customer: str) -> None:
+        ran.append(customer)
+
+    reviewer = decide_when_pending(deployment, "billing.close_account", "reject", "not this one")
+    with pytest.raises(airlock_sdk.Rejected) as rejected:
+        close("cus_7")
+    reviewer.join()
+    assert ran == []
+    assert rejected.value.reason == "reviewer: not this one"
+    assert rejected.value.proposal.status == "rejected"
+
+
+def test_a_call_outside_the_agents_tools_is_denied_at_once(airlock):
+    @airlock.requires_approval(tool="mail.send")
+    def send(to: str) -> None:
+        raise AssertionError("must not run")
+
+    with pytest.raises(airlock_sdk.Denied) as denied:
+        send("someone@example.org")
+    assert "no capability for tool.call" in denied.value.reason
+
+
+def test_an_exception_of_the_function_is_reported_and_raised(airlock, deployment):
+    @airlock.requires_approval(tool="billing.charge")
+    def charge(amount: int) -> None:
+        raise RuntimeError("card declined")
+
+    reviewer = decide_when_pending(deployment, "billing.charge", "approve")
+    with pytest.raises(RuntimeError, match="card declined"):
+        charge(5)
+    reviewer.join()
+    _, page = deployment.api("GET", "/api/v1/executions?status=failed", token=deployment.reviewer)
+    failed = airlock.result(page["items"][0]["id"])
+    assert (failed.status, failed.stdout) == ("failed", "RuntimeError: card declined")
+
+
+def test_nobody_deciding_in_time_raises_not_decided(airlock):
+    proposal = airlock.propose("tool.call", {"tool": "billing.audit", "arguments": {}})
+    assert proposal.status == "pending"
+    started = time.monotonic()
+    with pytest.raises(airlock_sdk.NotDecided):
+        airlock.wait(proposal, timeout=1)
+    assert time.monotonic() - started < 10
+
+
+def test_the_apis_refusals_are_errors_with_their_type(deployment, airlock):
+    with pytest.raises(airlock_sdk.ApiError) as refused:
+        airlock.propose("tool.call", {"tool": "billing.x", "arguments": [1]})
+    assert (refused.value.status, refused.value.type) == (400, "validation_error")
+    assert "arguments: must be a JSON object" in refused.value.message
+    with (
+        airlock_sdk.Airlock(deployment.base, "alk_wrong") as wrong,
+        pytest.raises(airlock_sdk.ApiError) as unknown,
+    ):
+        wrong.run_script("print(1)")
+    assert unknown.value.status == 401
+    with (
+        airlock_sdk.Airlock("http://127.0.0.1:9", "alk_x") as down,
+        pytest.raises(airlock_sdk.Unavailable),
+    ):
+        down.result(1)
+
+
+def test_the_async_client_decorates_async_functions(deployment):
+    async def scenario():
+        async with airlock_sdk.AsyncAirlock(deployment.base, deployment.agent_token) as airlock:
+
+            @airlock.requires_approval(tool="billing.refund_async")
+            async def refund(amount: int) -> str:
+                await asyncio.sleep(0)
+                return f"refunded {amount}"
+
+            script = await airlock.run_script("print(6 * 7)")
+            reviewer = decide_when_pending(deployment, "billing.refund_async", "approve")
+            value = await refund(12)
+            reviewer.join()
+            return script, value
+
+    script, value = asyncio.run(scenario())
+    assert script.stdout == "42\n" and value == "refunded 12"
+    with pytest.raises(TypeError, match="is not async"):
+        airlock_sdk.AsyncAirlock(deployment.base, "x").requires_approval(tool="t")(lambda: 1)
