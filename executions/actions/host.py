@@ -27,6 +27,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from executions.sandboxes.base import RunOutcome
+from executions.sandboxes.local.host import default_signals_prefix
 from infrastructure.rest.serializers import Serializer
 
 from .base import ActionContext, ActionSpec, Runner, failed
@@ -184,7 +185,7 @@ def run_argv(argv: list[str], ctx: ActionContext) -> RunOutcome:
         return RunOutcome(exit_code=None, duration_ms=0, backend=BACKEND, cancelled=True)
     try:
         proc = subprocess.Popen(
-            argv,
+            default_signals_prefix() + argv,  # not the signals the worker ignores
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -7,6 +7,7 @@ as an ordinary user too, with and without bubblewrap.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
@@ -75,6 +76,28 @@ def test_a_session_timeout_interrupts_the_snippet_and_keeps_the_state(session):
     )
     assert outcome.timed_out and "KeyboardInterrupt" in sink.stderr
     assert execute(session, "print(z)")[1].stdout == "kept\n"
+
+
+def test_a_worker_that_ignores_sigint_and_sighup_still_interrupts_at_the_timeout(sandbox):
+    """nohup, or `cmd &` from a script, leaves SIGINT and SIGHUP ignored in the worker, and
+    an ignored signal survives exec: the sandbox starts its code with the defaults."""
+    ignored = (signal.SIGINT, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in ignored}
+    try:
+        session = sandbox.open_session("python", Limits(timeout_seconds=5))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    try:
+        execute(session, "z = 'kept'")
+        code = "import time\nwhile True:\n    time.sleep(0.05)"
+        outcome, sink = execute(session, code, timeout_seconds=1)
+        assert outcome.timed_out and "KeyboardInterrupt" in sink.stderr, sink.stderr
+        assert execute(session, "print(z)")[1].stdout == "kept\n"
+        hangup = "import signal\nprint(int(signal.getsignal(signal.SIGHUP)))"
+        assert execute(session, hangup)[1].stdout == f"{int(signal.SIG_DFL)}\n"
+    finally:
+        session.close()
 
 
 def test_a_snippet_that_ignores_the_interrupt_ends_the_session(session):

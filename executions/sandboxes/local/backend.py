@@ -45,6 +45,7 @@ from .host import (
     _is_root,
     _new_run_uid,
     _remove_stale_base_dirs,
+    default_signals_prefix,
     launch_prefix,
 )
 from .probes import METHODS
@@ -282,9 +283,10 @@ class LocalSandbox(Sandbox):
         if uid is None:
             rlimits = _relative_nproc(rlimits, limits)
         prefix = launch_prefix(uid, rlimits)
+        argv = default_signals_prefix() + (argv if prefix is None else prefix + argv)
         try:
             popen = self._popen(
-                argv if prefix is None else prefix + argv,
+                argv,
                 env=self._environment(SANDBOX_WORKDIR, "/tmp"),
                 cwd="/",
                 uid=uid if prefix is None else None,

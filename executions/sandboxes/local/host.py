@@ -14,6 +14,8 @@ import functools
 import os
 import secrets
 import shutil
+import signal
+import subprocess
 import tempfile
 import threading
 
@@ -171,6 +173,41 @@ def _landlock_abi() -> int:
 @functools.cache
 def _launch_tools() -> tuple[str | None, str | None]:
     return shutil.which("setpriv", path=SYSTEM_PATH), shutil.which("prlimit", path=SYSTEM_PATH)
+
+
+# Python ignores SIGPIPE and SIGXFSZ itself and subprocess restores them in every child.
+_CHECKED = tuple(
+    signum
+    for signum in supervisor_program.CATCHABLE
+    if signum not in (signal.SIGPIPE, getattr(signal, "SIGXFSZ", signal.SIGPIPE))
+)
+
+
+def default_signals_prefix() -> list[str]:
+    """An argv prefix that starts the command with every signal at its default, when this
+    process ignores some: a worker started by nohup or ``cmd &`` from a script has SIGINT
+    and SIGHUP ignored, and an ignored signal survives exec (a session's timeout could no
+    longer interrupt a snippet). Empty in the usual case: no extra exec on the hot path.
+    (The supervisor resets them itself: ``supervisor.default_signals``.)"""
+    if not any(signal.getsignal(signum) == signal.SIG_IGN for signum in _CHECKED):
+        return []
+    env = _env_resetting_signals()
+    return [env, "--default-signal"] if env else []
+
+
+@functools.cache
+def _env_resetting_signals() -> str | None:
+    """coreutils' env if it can reset signals (``--default-signal``, 8.31 and later)."""
+    env = shutil.which("env", path=SYSTEM_PATH)
+    if env is None:
+        return None
+    try:
+        done = subprocess.run(
+            [env, "--default-signal", "true"], capture_output=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return env if done.returncode == 0 else None
 
 
 def launch_prefix(uid: int | None, rlimits: list[tuple[int, int, int]]) -> list[str] | None:

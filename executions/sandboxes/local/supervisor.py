@@ -319,9 +319,28 @@ def init(code_pid: int, result_fd: int) -> None:
 # --- the code's process --------------------------------------------------------------
 
 
+CATCHABLE = tuple(
+    signum for signum in signal.valid_signals() if signum not in (signal.SIGKILL, signal.SIGSTOP)
+)
+
+
+def default_signals() -> None:
+    """Every signal back to its default and none blocked: a worker started with SIGINT or
+    SIGHUP ignored (nohup, ``cmd &`` from a script) passes that on through exec, and the
+    session's timeout could no longer interrupt a snippet; Python itself ignores SIGPIPE,
+    which a shell pipeline of the code must not inherit."""
+    for signum in CATCHABLE:
+        if signal.getsignal(signum) != signal.SIG_DFL:
+            try:
+                signal.signal(signum, signal.SIG_DFL)
+            except (OSError, ValueError):  # signals the runtime keeps (32, 33: NPTL's)
+                pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 def become_code(cfg: dict, rules: dict | None) -> None:
     """Apply the limits and filters and exec the code; never returns."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    default_signals()
     for res, soft, hard in cfg["rlimits"]:
         resource.setrlimit(res, (soft, hard))
     os.chdir(cfg["cwd"])

@@ -1,0 +1,80 @@
+"""Runs start clean: a deployment launched with SIGINT and SIGHUP ignored (``nohup``, or
+``cmd &`` from a script) still interrupts a session's snippet at its timeout, and the
+session keeps its state; the snippet sees SIGHUP at its default. Ignored signals survive
+exec: the sandbox resets them (``test_local_sessions`` spawns from such a process)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import pytest
+
+from tests.serving import manage, start_server
+
+# What nohup and a non-interactive shell's `cmd &` do before exec'ing the command.
+IGNORING = [
+    sys.executable, "-c",
+    "import os, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("signals") / "data"
+    server = start_server(data_dir, wrapper=IGNORING)
+    manage(data_dir, "policy", "apply", str(_allow_all(data_dir)))
+    server.agent = manage(
+        data_dir, "create_agent", "sessions-bot", "--capability", "sandbox.*"
+    ).split()[-1]
+    yield server
+    server.stop()
+
+
+def _allow_all(data_dir):
+    path = data_dir / "allow.yaml"
+    text = manage(data_dir, "policy", "export")
+    path.write_text(
+        text.replace(
+            "allow:\n",
+            "allow:\n- kind: action\n  pattern: sandbox.execute\n  note: signals test\n",
+            1,
+        )
+    )
+    return path
+
+
+def run(deployment, session_id: int, code: str, timeout: int = 30) -> dict:
+    status, proposal = deployment.api(
+        "POST",
+        f"/api/v1/sandboxes/{session_id}/execute",
+        {"code": code, "timeout_seconds": timeout},
+        token=deployment.agent,
+    )
+    assert status == 201 and proposal["status"] == "approved", proposal
+    _, proposal = deployment.api(
+        "GET", f"/api/v1/proposals/{proposal['id']}?wait=60&until=finished", token=deployment.agent
+    )
+    _, result = deployment.api(
+        "GET", f"/api/v1/executions/{proposal['execution_id']}", token=deployment.agent
+    )
+    return result
+
+
+def test_the_session_timeout_interrupts_and_keeps_the_state_whatever_the_worker_ignored(
+    deployment,
+):
+    status, session = deployment.api(
+        "POST", "/api/v1/sandboxes", {"language": "python"}, token=deployment.agent
+    )
+    assert status == 201, session
+    assert run(deployment, session["id"], "z = 'kept'")["status"] == "succeeded"
+    looped = run(deployment, session["id"], "import time\nwhile True:\n    time.sleep(0.05)", 1)
+    assert looped["status"] == "timed_out", looped
+    assert "KeyboardInterrupt" in looped["stderr"], looped
+    assert run(deployment, session["id"], "print(z)")["stdout"] == "kept\n"
+    hangup = run(deployment, session["id"], "import signal\nprint(int(signal.getsignal(1)))")
+    assert hangup["stdout"] == f"{int(signal.SIG_DFL)}\n", hangup
