@@ -10,6 +10,9 @@ import sys
 
 import pytest
 
+from executions.actions import ActionContext
+from executions.actions.host import run_argv
+from executions.sandboxes.base import Limits, MemorySink
 from tests.serving import manage, start_server
 
 # What nohup and a non-interactive shell's `cmd &` do before exec'ing the command.
@@ -78,3 +81,20 @@ def test_the_session_timeout_interrupts_and_keeps_the_state_whatever_the_worker_
     assert run(deployment, session["id"], "print(z)")["stdout"] == "kept\n"
     hangup = run(deployment, session["id"], "import signal\nprint(int(signal.getsignal(1)))")
     assert hangup["stdout"] == f"{int(signal.SIG_DFL)}\n", hangup
+
+
+def test_a_host_command_starts_with_the_signals_the_worker_ignored_at_their_defaults():
+    """nohup, or `cmd &` from a script, leaves SIGINT and SIGHUP ignored in the worker; an
+    ignored signal survives exec, and a command could no longer be interrupted."""
+    probe = [sys.executable, "-c",
+             "import signal\nprint(*(signal.getsignal(s) is signal.SIG_IGN for s in (1, 2)))"]  # fmt: skip
+    ignored = (signal.SIGINT, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in ignored}
+    try:
+        sink = MemorySink()
+        outcome = run_argv(probe, ActionContext(sink=sink, limits=Limits(timeout_seconds=10)))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert outcome.success, sink.stderr
+    assert sink.stdout == "False False\n"  # neither ignored any more

@@ -595,22 +595,3 @@ def test_host_actions_are_host_bound_with_their_policy_targets():
         "command": "uptime",
         "host": "db-1",
     }
-
-
-def test_a_host_command_starts_with_the_signals_the_worker_ignored_at_their_defaults():
-    """nohup, or `cmd &` from a script, leaves SIGINT and SIGHUP ignored in the worker; an
-    ignored signal survives exec, and a command could no longer be interrupted."""
-    from executions.actions.host import run_argv
-
-    probe = [sys.executable, "-c",
-             "import signal\nprint(*(signal.getsignal(s) is signal.SIG_IGN for s in (1, 2)))"]  # fmt: skip
-    ignored = (signal.SIGINT, signal.SIGHUP)
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in ignored}
-    try:
-        sink = MemorySink()
-        outcome = run_argv(probe, ActionContext(sink=sink, limits=Limits(timeout_seconds=10)))
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    assert outcome.success, sink.stderr
-    assert sink.stdout == "False False\n"  # neither ignored any more
