@@ -556,6 +556,8 @@ WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 5, minimum=1)
 WORKER_LOST_AFTER_SECONDS = env_int("WORKER_LOST_AFTER_SECONDS", 30, minimum=2)
 SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 15, minimum=1)
 REQUEUE_AFTER_SECONDS = env_int("REQUEUE_AFTER_SECONDS", 30, minimum=1)
+# Bytes of stdout and of stderr a ?until=finished answer carries inline (the rest: …/output).
+RESULT_INLINE_BYTES = env_int("RESULT_INLINE_BYTES", 64 * 1024, minimum=0)
 # How long an agent has, after its tool call is approved, to report how it went.
 TOOL_REPORT_SECONDS = env_int("TOOL_REPORT_SECONDS", 3600, minimum=10)
 LONG_POLL_MAX_SECONDS = env_int("LONG_POLL_MAX_SECONDS", 60, minimum=1)

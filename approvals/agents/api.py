@@ -26,6 +26,7 @@ from approvals.models import Decision, Proposal
 from audit.services import actor_label
 from executions import sessions
 from executions.actions import catalog
+from executions.api import ExecutionSerializer, execution_data
 from executions.choices import ExecutionStatus
 from executions.models import SandboxSession
 from executions.sandboxes.status import sandbox_status
@@ -61,6 +62,19 @@ class RiskSerializer(serializers.Serializer):
     reasons = serializers.ListField(child=serializers.CharField())
 
 
+class InlineResultSerializer(ExecutionSerializer):
+    """The run's result in the answer of a call that waited ``until=finished``: the
+    execution's result contract, stdout and stderr cut at ``RESULT_INLINE_BYTES`` each."""
+
+    output_truncated = serializers.BooleanField(
+        help_text="stdout or stderr was cut here: read the rest at output_url"
+    )
+    output_url = serializers.CharField(help_text="every chunk of the output, by sequence number")
+
+    class Meta(ExecutionSerializer.Meta):
+        fields = [*ExecutionSerializer.Meta.fields, "output_truncated", "output_url"]
+
+
 class ProposalSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     status = serializers.ChoiceField(choices=ProposalStatus.choices)
@@ -83,6 +97,11 @@ class ProposalSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
+    result = InlineResultSerializer(
+        required=False,
+        help_text="only with ?until=finished once the run ended: its result, so the agent "
+        "needs no second call",
+    )
 
     @extend_schema_field(RiskSerializer)
     def get_risk(self, proposal: dict) -> dict:
@@ -125,6 +144,20 @@ def proposal_data(user, pk: int) -> dict:
         raise ApiError(404, "not_found", f"proposal {pk} does not exist or is not visible to you")
     row["decisions"] = _decision_rows.rows(pk=pk) if listing.may_have_decisions(row) else []
     return represent(row)
+
+
+def inline_result(user, data: dict) -> dict:
+    """``{"result": …}`` for a proposal whose run ended, as ``long_poll`` adds it."""
+    result = execution_data(user, data["execution_id"])
+    limit, cut = settings.RESULT_INLINE_BYTES, False
+    for stream in ("stdout", "stderr"):
+        encoded = result[stream].encode()
+        if len(encoded) > limit:
+            result[stream] = encoded[:limit].decode(errors="ignore")
+            cut = True
+    result["output_truncated"] = cut
+    result["output_url"] = f"/api/v1/executions/{data['execution_id']}/output"
+    return {"result": result}
 
 
 def represent(row: dict) -> dict:

@@ -10,11 +10,20 @@ urlpatterns = [
     path(
         "proposals",
         wait_for_rows(
-            long_poll(api.Proposals.as_view(), read_again=api.proposal_data, methods=("POST",))
+            long_poll(
+                api.Proposals.as_view(),
+                read_again=api.proposal_data,
+                methods=("POST",),
+                finish=api.inline_result,
+            )
         ),
         name="create",
     ),
-    path("proposals/<int:pk>", long_poll(api.ProposalDetail.as_view()), name="detail"),
+    path(
+        "proposals/<int:pk>",
+        long_poll(api.ProposalDetail.as_view(), finish=api.inline_result),
+        name="detail",
+    ),
     path("proposals/<int:pk>/approve", api.ProposalApprove.as_view(), name="approve"),
     path("proposals/<int:pk>/reject", api.ProposalReject.as_view(), name="reject"),
     path("capabilities", api.Capabilities.as_view(), name="capabilities"),

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.db import close_old_connections, connection, connections
 
@@ -293,7 +293,7 @@ def watcher() -> ProposalWatcher:
     return _watchers[loop]
 
 
-def long_poll(view, read_again=None, methods=("GET", "HEAD", "POST")):
+def long_poll(view, read_again=None, methods=("GET", "HEAD", "POST"), finish=None):
     """Wrap a view that answers a proposal: with ``?wait=N`` hold its answer until a change.
 
     The view authenticates, validates ``wait`` and serializes. Under Airlock's
@@ -310,7 +310,16 @@ def long_poll(view, read_again=None, methods=("GET", "HEAD", "POST")):
     A view that makes the proposal (a POST) is not asked again: after it,
     ``read_again(user, pk)`` reads the proposal into the same response.
     Only calls of ``methods`` wait (the other methods of the view answer a list).
+    A call that waited ``until=finished`` for a run that ended gets what
+    ``finish(user, data)`` adds to its answer (the run's result: one call, not two).
     """
+
+    def finished(response, until: str, user) -> object:
+        data = response.data
+        ran = data.get("execution_id") is not None  # denied or rejected: no run, no result
+        if finish is not None and until == FINISHED and ran and settled(fingerprint_of(data)):
+            retell(response, **finish(user, data))
+        return response
 
     def waiting_view(request, *args, **kwargs):
         state: _Waiting | None = getattr(request, "_long_poll", None)
@@ -331,7 +340,7 @@ def long_poll(view, read_again=None, methods=("GET", "HEAD", "POST")):
             wait = float(request.GET.get("wait") or 0)  # the view answered 400 to bad ones
             until = request.GET.get("until") or CHANGE
             if not wait or settled(now) or (until != CHANGE and reached(until, now, now)):
-                return response
+                return finished(response, until, request.user)
             state = _Waiting(
                 first=now,
                 seen=now,
@@ -346,7 +355,7 @@ def long_poll(view, read_again=None, methods=("GET", "HEAD", "POST")):
         seen = state.seen
         left = deadline - time.monotonic()
         if reached(until, first, now) or left <= 0:
-            return response
+            return finished(response, until, state.user)
         if now != seen:  # a step on the way to what the call waits for: wait on from here
             seen = state.seen = now
 
@@ -362,6 +371,8 @@ def long_poll(view, read_again=None, methods=("GET", "HEAD", "POST")):
                 wait = deadline - time.monotonic()
             if known != seen:
                 retell(response, execution_status=known[3])
+            if finish is not None and until == FINISHED and settled(known):
+                await sync_to_async(finished)(response, until, state.user)
             return False
 
         return _held(request, response, long_poll, lambda: waiting_view(request, *args, **kwargs))

@@ -89,7 +89,11 @@ def run_script(
         "script.execute", {"language": language, "code": code}, reason=reason
     )
     proposal = yield from wait(proposal, "finished", timeout)
-    ran = yield from result(proposal.execution_id)
+    inline = proposal.raw.get("result")  # the answer to until=finished carries it
+    if inline is not None and not inline["output_truncated"]:
+        ran = Result.of(inline)
+    else:
+        ran = yield from result(proposal.execution_id)
     if not ran.succeeded:
         raise Failed(ran)
     return ran

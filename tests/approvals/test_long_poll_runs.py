@@ -94,13 +94,26 @@ async def until(condition, timeout: float = 20) -> None:
             await asyncio.sleep(0.01)
 
 
-def answered(response: dict, status: int, agent_api) -> dict:
-    """The proposal a call answered with ``status``: its length told right, and as read now."""
+def answered(response: dict, status: int, agent_api, inline: bool = False) -> dict:
+    """The proposal a call answered with ``status``: its length told right, and as read now;
+    ``inline``: with its run's result (an answer to ``until=finished``)."""
     assert response["status"] == status, response["body"]
     assert int(dict(response["headers"])[b"Content-Length"]) == len(response["body"])
     proposal = json.loads(response["body"])
+    result = proposal.pop("result", None)
     assert proposal == agent_api.get(f"/api/v1/proposals/{proposal['id']}").json()
+    if inline or result is not None:
+        assert_inline(result, proposal, agent_api)
     return proposal
+
+
+def assert_inline(result: dict | None, proposal: dict, agent_api) -> None:
+    """The run's result, inline in an answer to ``until=finished``: the execution as read."""
+    assert result == {
+        **agent_api.get(f"/api/v1/executions/{proposal['execution_id']}").json(),
+        "output_truncated": False,
+        "output_url": f"/api/v1/executions/{proposal['execution_id']}/output",
+    }
 
 
 def test_the_wait_that_sees_the_execution_end_answers_without_running_the_view_again(
@@ -194,7 +207,10 @@ def test_a_wait_until_finished_answers_the_end_told_by_messages_with_one_read(
     assert 0.9 < elapsed < 10, elapsed  # it did not answer the start
     assert runs == [body["id"]]
     assert response.json()["execution_status"] == "succeeded"
-    assert response.json() == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+    answer = response.json()
+    result = answer.pop("result")
+    assert answer == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+    assert_inline(result, answer, agent_api)
 
 
 def test_a_wait_until_finished_waits_past_a_reviewers_approval_for_the_run(agent_api, reviewer):
@@ -269,7 +285,7 @@ def test_a_wait_until_finished_under_the_asgi_handler_is_one_read(
 
     response = asyncio.run(main())
     assert runs == [proposal.pk]
-    body = answered(response, 200, agent_api)
+    body = answered(response, 200, agent_api, inline=True)
     assert (body["id"], body["execution_status"]) == (proposal.pk, "succeeded")
 
 
@@ -286,7 +302,10 @@ def test_a_proposal_made_with_wait_until_finished_answers_its_result_in_one_call
     assert (body["status"], body["execution_status"]) == ("approved", "succeeded")
     assert 0.9 < elapsed < 10, elapsed  # it answered the end, not the start
     assert Proposal.objects.count() == before + 1  # made once, however many passes
+    result = body.pop("result")  # the run's result, inline: no second call
     assert body == agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+    assert_inline(result, body, agent_api)
+    assert (result["exit_code"], result["status"]) == (0, "succeeded")
 
     replay = {**PRINT_HI, "idempotency_key": "again"}
     first = agent_api.post("/api/v1/proposals", replay, format="json").json()
@@ -297,6 +316,7 @@ def test_a_proposal_made_with_wait_until_finished_answers_its_result_in_one_call
     assert again.status_code == 200
     assert again.json()["id"] == first["id"]
     assert again.json()["execution_status"] == "succeeded"
+    assert again.json()["result"]["status"] == "succeeded"  # finished already: with its result
 
 
 def test_a_proposal_made_with_wait_until_decided_answers_the_reviewers_decision(
@@ -361,7 +381,7 @@ def test_a_proposal_made_with_wait_under_the_asgi_handler_answers_its_result(
         await wind_down(waiting.watcher())
         return response
 
-    body = answered(asyncio.run(main()), 201, agent_api)
+    body = answered(asyncio.run(main()), 201, agent_api, inline=True)
     assert (body["status"], body["execution_status"]) == ("approved", "succeeded")
     assert Proposal.objects.count() == before + 1
 
@@ -378,3 +398,42 @@ def run_next_execution(before: int) -> None:
     start_execution(made.execution_id)
     time.sleep(0.5)
     end_execution(made.execution_id)
+
+
+def test_an_inline_result_is_cut_at_the_limit_and_points_at_the_rest(
+    agent_api, reviewer_api, settings
+):
+    from executions import services as executions
+    from executions.models import Execution
+    from executions.output import ExecutionRecorder
+    from executions.sandboxes.base import RunOutcome
+
+    settings.RESULT_INLINE_BYTES = 10
+    _, body = propose(agent_api, PRINT_HI)
+    start_execution(body["execution_id"])
+    recorder = ExecutionRecorder(body["execution_id"], cap_bytes=1024)
+    recorder.write("stdout", "0123456789é-and-the-rest\n".encode())
+    recorder.write("stderr", b"a warning\n")
+    rest = recorder.stop()
+    outcome = RunOutcome(exit_code=0, duration_ms=1, backend="local")
+    executions.finish(Execution.objects.get(pk=body["execution_id"]), outcome, recorder, rest)
+    answer = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=5&until=finished").json()
+    result = answer["result"]
+    assert (result["stdout"], result["stderr"]) == ("0123456789", "a warning\n")
+    assert result["output_truncated"] is True and result["truncated"] is False
+    chunks = agent_api.get(result["output_url"]).json()["chunks"]
+    assert "".join(c["data"] for c in chunks if c["stream"] == "stdout") == (
+        "0123456789é-and-the-rest\n"
+    )
+    assert "result" not in agent_api.get(f"/api/v1/proposals/{body['id']}?wait=1").json()
+    assert "result" not in agent_api.get(f"/api/v1/proposals/{body['id']}").json()
+    # A reviewer asks the same: the same result (reviewers read every execution).
+    read = reviewer_api.get(f"/api/v1/proposals/{body['id']}?wait=1&until=finished").json()
+    assert read["result"]["stdout"] == "0123456789"
+
+
+def test_a_rejected_proposal_waited_until_finished_has_no_result(agent_api, reviewer_api):
+    _, body = propose(agent_api, RISKY)
+    reviewer_api.post(f"/api/v1/proposals/{body['id']}/reject", {"comment": "no"}, format="json")
+    answer = agent_api.get(f"/api/v1/proposals/{body['id']}?wait=2&until=finished").json()
+    assert answer["status"] == "rejected" and "result" not in answer
