@@ -34,6 +34,9 @@ from django.urls import set_script_prefix
 # Set on a request by this handler: a view may return at once with a
 # ``long_poll`` coroutine function on its response instead of waiting itself.
 WAITS_OFF_THREAD = "airlock_waits_off_thread"
+# Also set: a coroutine function that runs a function on the request threads, whose
+# connections are kept (a thread-sensitive call would make a thread and a connection).
+RUNS_ON_POOL = "airlock_runs_on_pool"
 
 
 class OneHopASGIHandler(ASGIHandler):
@@ -47,6 +50,7 @@ class OneHopASGIHandler(ASGIHandler):
         self._respond = on_pool(self._respond_on_thread)
         self._close = on_pool(lambda response: response.close())  # sends request_finished
         self._finished = on_pool(lambda: signals.request_finished.send(sender=self.__class__))
+        self._run = on_pool(lambda function: function())
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
@@ -95,6 +99,7 @@ class OneHopASGIHandler(ASGIHandler):
 
     async def get_response_async(self, request):
         setattr(request, WAITS_OFF_THREAD, True)
+        setattr(request, RUNS_ON_POOL, self._run)
         response = await self._respond(request)
         # Woken while it waited: the view reads again, and answers or waits on.
         while (long_poll := getattr(response, "long_poll", None)) is not None and await long_poll():
