@@ -12,7 +12,9 @@ from approvals.models import Agent
 
 DEMO_PASSWORD = "airlock-demo"
 DEMO_AGENT = "demo-agent"
-DEMO_CAPABILITIES = ["script.execute", "sandbox.*", "docker.*", "host.service_status"]
+DEMO_CAPABILITIES = [
+    "script.execute", "sandbox.*", "docker.*", "host.service_status", "tool.call",
+]  # fmt: skip
 
 
 @transaction.atomic

@@ -24,12 +24,24 @@ MAX_ARGUMENTS_BYTES = 64 * 1024
 TOOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
 
 
+class ToolName(serializers.RegexField):
+    """A tool's name, as text: a number or a list is refused, not turned into one."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_text")
+        return super().to_internal_value(data)
+
+
 class ToolCallParameters(Serializer):
-    tool = serializers.RegexField(
+    tool = ToolName(
         TOOL_NAME,
         max_length=200,
         help_text="The tool's name, e.g. `github.merge_pull_request` (letters, digits, `_.:/-`).",
-        error_messages={"invalid": "must be a tool name: letters, digits and _ . : / -"},
+        error_messages={
+            "invalid": "must be a tool name: letters, digits and _ . : / -",
+            "not_text": "must be a tool name as a string",
+        },
     )
     arguments = serializers.JSONField(
         default=dict, help_text="The call's arguments, a JSON object (shown to reviewers)."

@@ -142,6 +142,7 @@ def test_a_call_not_reported_in_time_is_lost_and_a_late_report_refused(agent_api
     [
         ({"arguments": {}}, "tool", "required"),
         ({"tool": "bad name!", "arguments": {}}, "tool", "must be a tool name"),
+        ({"tool": 5, "arguments": {}}, "tool", "must be a tool name as a string"),
         ({"tool": "x", "arguments": [1, 2]}, "arguments", "must be a JSON object"),
         ({"tool": "x", "arguments": {"blob": "x" * 70000}}, "arguments", "at most 65536 bytes"),
         ({"tool": "x", "argumentz": {}}, "argumentz", "unknown parameter"),
