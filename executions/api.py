@@ -12,7 +12,7 @@ from accounts.roles import is_agent, is_reviewer
 from audit.services import actor_label
 from infrastructure.prepared import Prepared
 from infrastructure.rest.errors import ApiError, error_responses, get_or_404
-from infrastructure.rest.serializers import Serializer
+from infrastructure.rest.serializers import Serializer, refuse_unknown
 
 from . import listing, services
 from .models import Execution, OutputChunk
@@ -249,9 +249,7 @@ class ExecutionReport(APIView):
             )
         report = ReportSerializer(data=request.data)
         report.is_valid(raise_exception=True)
-        unknown = set(request.data) - set(report.fields) if isinstance(request.data, dict) else ()
-        if unknown:
-            raise serializers.ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+        refuse_unknown(request.data, report)  # a valid report is a JSON object
         try:
             services.report(
                 pk,

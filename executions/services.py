@@ -164,7 +164,9 @@ def report(execution_id: int, reporter: str, succeeded: bool, output: object) ->
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
     data = text.encode()
     truncated = len(data) > settings.OUTPUT_CAP_BYTES
-    text = data[: settings.OUTPUT_CAP_BYTES].decode(errors="ignore") if truncated else text
+    if truncated:  # cut at the cap, never inside a character
+        text = data[: settings.OUTPUT_CAP_BYTES].decode(errors="ignore")
+        data = text.encode()
     now = timezone.now()
     status = ExecutionStatus.SUCCEEDED if succeeded else ExecutionStatus.FAILED
     with transaction.atomic():
@@ -176,7 +178,7 @@ def report(execution_id: int, reporter: str, succeeded: bool, output: object) ->
             finished_at=now,
             truncated=truncated,
             last_seq=1 if text else 0,
-            output_bytes=len(text.encode()),
+            output_bytes=len(data),
             error="" if succeeded else "the agent reported the call failed",
         )
         if ended is None:
@@ -484,8 +486,10 @@ def request_cancel(execution_id: int, actor: str) -> Execution:
     report after it is refused."""
     with transaction.atomic():
         now = timezone.now()
-        reported = Execution.objects.filter(pk=execution_id, report_by__isnull=False).exists()
-        for source in (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING)[: 2 if reported else 1]:
+        sources = [ExecutionStatus.QUEUED]
+        if Execution.objects.filter(pk=execution_id, report_by__isnull=False).exists():
+            sources.append(ExecutionStatus.RUNNING)  # no worker to tell: withdrawn at once
+        for source in sources:
             execution = _take(
                 execution_id,
                 source,

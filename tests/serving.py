@@ -191,6 +191,12 @@ def user_token(data_dir, username: str, env: dict[str, str] | None = None) -> st
     return manage(data_dir, "create_user_token", username, env=env).split()[-1]
 
 
+def agent_token(data_dir, name: str, *capabilities: str) -> str:
+    """The token of a new agent ``name`` with ``capabilities`` in the deployment in ``data_dir``."""
+    granted = [arg for capability in capabilities for arg in ("--capability", capability)]
+    return manage(data_dir, "create_agent", name, *granted).split()[-1]
+
+
 def reviewer_token(data_dir) -> str:
     """A personal API token of the demo ``reviewer`` of the deployment in ``data_dir``."""
     return user_token(data_dir, "reviewer")

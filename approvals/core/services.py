@@ -30,7 +30,7 @@ from executions.actions import get_action
 from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
 from executions.sandboxes import status
 from infrastructure.prepared import PreparedInsert
-from infrastructure.rest.serializers import Serializer
+from infrastructure.rest.serializers import Serializer, refuse_unknown
 
 log = logging.getLogger(__name__)
 _insert_proposal = PreparedInsert(Proposal)
@@ -68,9 +68,7 @@ def submit(agent: Agent, payload: object) -> Submission:
     if not isinstance(payload, dict):
         raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
     envelope = EnvelopeSerializer(data=payload)
-    unknown = set(payload) - set(envelope.fields)  # the fields validation then uses
-    if unknown:
-        raise serializers.ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+    refuse_unknown(payload, envelope)  # the fields validation then uses
     envelope.is_valid(raise_exception=True)
     data = envelope.validated_data
     key = data.get("idempotency_key")

@@ -113,11 +113,8 @@ def tool_risk(
     findings: list[Finding] = []
     based = False
     for rule in rules:
-        if not fnmatchcase(tool, rule.tool) or not rule.holds(arguments):
-            continue
-        if rule.argument:
-            findings.append(Finding(rule.risk, rule.reason()))
-        elif not based:
-            findings.append(Finding(rule.risk, rule.reason()))
-            based = True
+        if fnmatchcase(tool, rule.tool) and rule.holds(arguments):
+            if rule.argument or not based:  # a base risk: the first one only
+                findings.append(Finding(rule.risk, rule.reason()))
+            based = based or not rule.argument
     return (0 if based else base), findings

@@ -17,6 +17,7 @@ from approvals.choices import RISK_BANDS, DecisionKind, ProposalStatus
 from approvals.notify.models import ReviewerPreferences
 from approvals.policy import simulation, suggestions
 from approvals.policy.rules import OVERRIDABLE, RULE_KINDS, SLACK_CHANNEL
+from approvals.policy.tool_risk import CONDITIONS
 from approvals.review import overview
 from executions.actions import catalog
 from executions.choices import ExecutionStatus
@@ -192,16 +193,14 @@ class ToolRiskForm(forms.Form):
     risk = forms.IntegerField(min_value=0, max_value=10, required=False)
     argument = forms.CharField(max_length=100, required=False)
     when = forms.ChoiceField(
-        choices=[("", "—"), ("above", "above"), ("matches", "matches"),
-                 ("not_matches", "not matches")],
-        required=False,
-    )  # fmt: skip
+        choices=[("", "—")] + [(c, c.replace("_", " ")) for c in CONDITIONS], required=False
+    )
     value = forms.CharField(max_length=500, required=False)
     note = forms.CharField(max_length=200, required=False)
 
     @classmethod
     def initial_of(cls, rule: dict) -> dict:
-        when = next((c for c in ("above", "matches", "not_matches") if c in rule), "")
+        when = next((c for c in CONDITIONS if c in rule), "")
         return {**rule, "when": when, "value": rule.get(when, "")}
 
     def clean(self) -> dict:

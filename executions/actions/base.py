@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from rest_framework import serializers
 
 from executions.sandboxes.base import Limits, OutputSink, RunOutcome
+from infrastructure.rest.serializers import refuse_unknown
 
 
 @dataclass
@@ -59,11 +60,7 @@ class ActionSpec:
             raise serializers.ValidationError({"parameters": ["must be a JSON object"]})
         serializer = self.serializer(data=parameters)
         serializer.is_valid(raise_exception=True)
-        unknown = set(parameters) - set(serializer.fields)
-        if unknown:
-            raise serializers.ValidationError(
-                {name: ["unknown parameter"] for name in sorted(unknown)}
-            )
+        refuse_unknown(parameters, serializer, "unknown parameter")
         return dict(serializer.validated_data)
 
     def primary_target(self, parameters: dict) -> str | None:

@@ -26,3 +26,11 @@ class Serializer(serializers.Serializer):
             built = super().get_fields()
             cls._built_fields = built
         return {name: copy.copy(field) for name, field in built.items()}
+
+
+def refuse_unknown(data: dict, serializer, said: str = "unknown field") -> None:
+    """A 400 naming every key of ``data`` that ``serializer`` has no field for: a typo must
+    not pass for a setting left at its default."""
+    unknown = set(data) - set(serializer.fields)
+    if unknown:
+        raise serializers.ValidationError({name: [said] for name in sorted(unknown)})

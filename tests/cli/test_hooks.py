@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving import decide_when_pending, manage, start_server, user_token
+from tests.serving import agent_token, decide_when_pending, start_server, user_token
 
 AIRLOCK = Path(sys.executable).with_name("airlock")
 
@@ -46,12 +46,9 @@ def deployment(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("hooks") / "data"
     server = start_server(data_dir)
     server.reviewer = user_token(data_dir, "reviewer")
-    created = manage(
-        data_dir, "create_agent", "claude-dev",
-        "--capability", "tool.call:claude-code.Bash",
-        "--capability", "tool.call:claude-code.Edit",
-    )  # fmt: skip
-    server.agent_token = created.split()[-1]
+    server.agent_token = agent_token(
+        data_dir, "claude-dev", "tool.call:claude-code.Bash", "tool.call:claude-code.Edit"
+    )
     yield server
     server.stop()
 

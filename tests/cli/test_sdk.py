@@ -10,7 +10,7 @@ import time
 import airlock_sdk  # installed by scripts/bootstrap from sdk/, as agent builders install it
 import pytest
 
-from tests.serving import decide_when_pending, manage, start_server, user_token
+from tests.serving import agent_token, decide_when_pending, start_server, user_token
 
 
 @pytest.fixture(scope="module")
@@ -18,11 +18,9 @@ def deployment(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("sdk") / "data"
     server = start_server(data_dir)
     server.reviewer = user_token(data_dir, "reviewer")
-    created = manage(
-        data_dir, "create_agent", "billing-bot",
-        "--capability", "script.execute", "--capability", "tool.call:billing.*",
-    )  # fmt: skip
-    server.agent_token = created.split()[-1]
+    server.agent_token = agent_token(
+        data_dir, "billing-bot", "script.execute", "tool.call:billing.*"
+    )
     yield server
     server.stop()
 

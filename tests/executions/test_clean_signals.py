@@ -13,7 +13,7 @@ import pytest
 from executions.actions import ActionContext
 from executions.actions.host import run_argv
 from executions.sandboxes.base import Limits, MemorySink
-from tests.serving import manage, start_server
+from tests.serving import agent_token, manage, start_server
 
 # What nohup and a non-interactive shell's `cmd &` do before exec'ing the command.
 IGNORING = [
@@ -30,9 +30,7 @@ def deployment(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("signals") / "data"
     server = start_server(data_dir, wrapper=IGNORING)
     manage(data_dir, "policy", "apply", str(_allow_all(data_dir)))
-    server.agent = manage(
-        data_dir, "create_agent", "sessions-bot", "--capability", "sandbox.*"
-    ).split()[-1]
+    server.agent = agent_token(data_dir, "sessions-bot", "sandbox.*")
     yield server
     server.stop()
 
