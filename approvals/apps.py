@@ -10,6 +10,7 @@ class ApprovalsConfig(AppConfig):
         super().import_models()
         # The central rows are in approvals.models, where Django looks; each concern
         # keeps its own tables in its package, loaded here with them.
+        from approvals.gateway import models as gateway_models  # noqa: F401
         from approvals.notify import models as notify_models  # noqa: F401
         from approvals.policy import models as policy_models  # noqa: F401
 

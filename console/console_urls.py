@@ -2,7 +2,15 @@
 
 from django.urls import path
 
-from approvals.review.views import agents, deliveries, links, policy, profile, proposals
+from approvals.review.views import (
+    agents,
+    deliveries,
+    links,
+    policy,
+    profile,
+    proposals,
+    upstreams,
+)
 from executions import views as executions
 
 from . import views
@@ -33,6 +41,13 @@ urlpatterns = [
     path("manage/policy/suggestions/", policy.policy_suggestions, name="policy-suggestions"),
     path("manage/agents/", agents.agents, name="agents"),
     path("manage/agents/<int:pk>/<str:operation>/", agents.agent_action, name="agent-action"),
+    path("manage/upstreams/", upstreams.upstreams, name="upstreams"),
+    path("manage/upstreams/<str:name>/", upstreams.upstreams, name="upstream"),
+    path(
+        "manage/upstreams/<str:name>/<str:operation>/",
+        upstreams.upstream_action,
+        name="upstream-action",
+    ),
     path("manage/users/", views.users, name="users"),
     path("manage/users/<int:pk>/reviewer/", views.set_reviewer, name="set-reviewer"),
     path("manage/users/<int:pk>/end-access/", views.end_access, name="end-access"),

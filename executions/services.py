@@ -145,9 +145,36 @@ class ReportRefused(Exception):
         self.status, self.kind, self.message = status, kind, message
 
 
-def report(execution_id: int, reporter: str, succeeded: bool, output: object) -> Execution:
+def carry_out(execution_id: int, carrier: str, **data) -> Execution | None:
+    """Take an execution its agent would report, to carry it out here instead (the MCP
+    gateway): once, while it still awaits its report. None if it is not waiting any more
+    (reported, carried out, cancelled or lost). ``carrier`` is what carries it out."""
+    with transaction.atomic():
+        moved = Execution.objects.filter(
+            pk=execution_id,
+            status=ExecutionStatus.RUNNING,
+            backend=REPORTED_BACKEND,
+            report_by__isnull=False,
+        ).update(backend=carrier)
+        if not moved:
+            return None
+        execution = Execution.objects.get(pk=execution_id)
+        record(carrier, "execution.started", execution, backend=carrier, **data)
+        _announce(execution)
+    return execution
+
+
+def report(
+    execution_id: int,
+    reporter: str,
+    succeeded: bool,
+    output: object,
+    carrier: str = REPORTED_BACKEND,
+    error: str = "the agent reported the call failed",
+) -> Execution:
     """The outcome of an execution its agent carried out, as that agent reports it: once,
-    before the deadline; the output becomes the execution's stdout."""
+    before the deadline; the output becomes the execution's stdout. (An execution the
+    gateway took with ``carry_out`` is reported by it, with its ``carrier``.)"""
     execution = Execution.objects.filter(pk=execution_id).first()
     if execution is None:
         raise ReportRefused(404, "not_found", f"execution {execution_id} does not exist")
@@ -160,6 +187,13 @@ def report(execution_id: int, reporter: str, succeeded: bool, output: object) ->
     if execution.report_by is None:
         raise ReportRefused(
             409, "conflict", f"execution {execution_id} is carried out by Airlock, not reported"
+        )
+    if execution.backend != carrier and execution.status == ExecutionStatus.RUNNING:
+        raise ReportRefused(
+            409,
+            "conflict",
+            f"execution {execution_id} is being carried out by the {execution.backend}, "
+            "which reports it",
         )
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
     data = text.encode()
@@ -179,7 +213,7 @@ def report(execution_id: int, reporter: str, succeeded: bool, output: object) ->
             truncated=truncated,
             last_seq=1 if text else 0,
             output_bytes=len(data),
-            error="" if succeeded else "the agent reported the call failed",
+            error="" if succeeded else error,
         )
         if ended is None:
             execution.refresh_from_db()
@@ -206,7 +240,7 @@ def report(execution_id: int, reporter: str, succeeded: bool, output: object) ->
             OutputChunk.objects.create(execution=ended, seq=1, stream="stdout", data=text)
         duration = int((now - ended.started_at).total_seconds() * 1000) if ended.started_at else 0
         record(
-            reporter,
+            reporter if carrier == REPORTED_BACKEND else carrier,
             f"execution.{status}",
             ended,
             exit_code=ended.exit_code,

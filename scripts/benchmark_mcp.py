@@ -8,9 +8,13 @@ the host's load falls on every path alike) times, from the agent's side:
   finished, GET the execution (``benchmark_execution.py``'s path);
 - MCP over streamable HTTP: one ``tools/call`` of ``script_execute`` with
   the official SDK's client (connected once, as an agent stays connected);
-- MCP through the stdio bridge (``manage.py mcp-stdio``), launched once.
+- MCP through the stdio bridge (``manage.py mcp-stdio``), launched once;
 
-and prints a table of medians and p95s.
+and, for the MCP gateway, an upstream's tool (``tests.gateway.upstream``'s
+``echo``, over stdio) called through Airlock's ``/mcp`` as ``up__echo``
+(allowed by policy: proposed, decided, audited, called upstream, reported)
+beside the same upstream called directly, connected once. It prints a table
+of medians and p95s for each.
 
     .venv/bin/python scripts/benchmark_mcp.py [--runs 30] [--backend local]
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -37,7 +42,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from scripts.benchmark_execution import through_airlock  # noqa: E402
 from scripts.benchmarking import percentile  # noqa: E402
-from tests.serving import Server, start_server  # noqa: E402
+from tests.serving import Server, manage, start_server  # noqa: E402
 
 ARGUMENTS = {"language": "python", "code": "print(1)"}
 
@@ -70,18 +75,70 @@ async def over_stdio(server: Server, data_dir: Path):
             yield client
 
 
+def upstream(calls: Path) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tests.gateway.upstream", "stdio"],
+        env={"UPSTREAM_CALLS": str(calls), "PYTHONPATH": str(ROOT)},
+    )
+
+
+def behind_the_gateway(data_dir: Path) -> None:
+    """The upstream behind Airlock, its echo allowed by policy."""
+    command = upstream(data_dir / "calls")
+    listed = {
+        "upstreams": {"up": {"command": [command.command, *command.args], "env": command.env}}
+    }
+    (data_dir / "upstreams.yaml").write_text(json.dumps(listed))  # JSON is YAML
+    manage(data_dir, "upstreams", "apply", str(data_dir / "upstreams.yaml"))
+    allow = [{"kind": "tool", "pattern": "up.echo", "note": "benchmark"}]
+    manage(
+        data_dir,
+        "shell",
+        "-c",
+        "from approvals.policy.rules import DEFAULT_POLICY, update_policy; "
+        f"update_policy({{**DEFAULT_POLICY, 'allow': {allow!r}}}, None, 'bench', actor='bench')",
+    )
+
+
+async def echo(client: Client, name: str) -> float:
+    started = time.perf_counter()
+    result = await client.call_tool(name, {"text": "hi"})
+    elapsed = time.perf_counter() - started
+    assert result.structured_content == {"result": "echo: hi"}, result
+    return elapsed
+
+
 async def measure(server: Server, data_dir: Path, runs: int) -> dict[str, list[float]]:
-    timings: dict[str, list[float]] = {"rest": [], "http": [], "stdio": []}
-    async with over_http(server) as http, over_stdio(server, data_dir) as stdio:
-        for _ in range(2):  # warm-up: every web process, both clients
+    timings: dict[str, list[float]] = {k: [] for k in ("rest", "http", "stdio", "direct", "gw")}
+    async with (
+        over_http(server) as http,
+        over_stdio(server, data_dir) as stdio,
+        Client(upstream(data_dir / "direct-calls")) as direct,
+    ):
+        for _ in range(2):  # warm-up: every web process, every client, the upstream started
             await asyncio.to_thread(through_airlock, server)
             await through_mcp(http)
             await through_mcp(stdio)
+            await echo(direct, "echo")
+            await echo(http, "up__echo")
         for _ in range(runs):
             timings["rest"].append(await asyncio.to_thread(through_airlock, server))
             timings["http"].append(await through_mcp(http))
             timings["stdio"].append(await through_mcp(stdio))
+            timings["direct"].append(await echo(direct, "echo"))
+            timings["gw"].append(await echo(http, "up__echo"))
     return timings
+
+
+def table(timings: dict[str, list[float]], rows: list[tuple[str, str]], against: str) -> None:
+    print(f"| path | p50 ms | p95 ms | p50 vs {against} |")
+    print("|---|---|---|---|")
+    base = statistics.median(timings[rows[0][1]])
+    for name, key in rows:
+        p50 = statistics.median(timings[key])
+        p95 = percentile(timings[key], 0.95)
+        print(f"| {name} | {p50 * 1000:.1f} | {p95 * 1000:.1f} | {p50 / base:.2f}× |")
 
 
 def main() -> None:
@@ -94,21 +151,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="airlock-bench-") as data_dir:
         server = start_server(Path(data_dir), backend=args.backend)
         try:
+            behind_the_gateway(Path(data_dir))
             timings = asyncio.run(measure(server, Path(data_dir), args.runs))
         finally:
             server.stop()
     print(f"backend={args.backend} runs={args.runs} deployment=embedded (SQLite)")
-    print("| path | p50 ms | p95 ms | p50 vs REST |")
-    print("|---|---|---|---|")
-    rest_p50 = statistics.median(timings["rest"])
-    for name, key in [
-        ("REST: POST, long-poll, GET execution", "rest"),
-        ("MCP over streamable HTTP: one tools/call", "http"),
-        ("MCP through the stdio bridge: one tools/call", "stdio"),
-    ]:
-        p50 = statistics.median(timings[key])
-        p95 = percentile(timings[key], 0.95)
-        print(f"| {name} | {p50 * 1000:.1f} | {p95 * 1000:.1f} | {p50 / rest_p50:.2f}× |")
+    table(
+        timings,
+        [
+            ("REST: POST, long-poll, GET execution", "rest"),
+            ("MCP over streamable HTTP: one tools/call", "http"),
+            ("MCP through the stdio bridge: one tools/call", "stdio"),
+        ],
+        "REST",
+    )
+    print()
+    table(
+        timings,
+        [
+            ("an upstream's tool called directly (stdio, connected once)", "direct"),
+            ("the same through the MCP gateway (allowed by policy)", "gw"),
+        ],
+        "direct",
+    )
 
 
 if __name__ == "__main__":

@@ -385,10 +385,11 @@ def _cascade(
     prevalidate: Callable[[], PreValidation] | None,
 ) -> Outcome:
     if capability is None:
+        on = "".join(f" on {kind} {value}" for kind, value in list(targets.items())[:1])
         return Outcome(
             ProposalStatus.DENIED,
             DecisionStep.CAPABILITY,
-            f"the agent has no capability for {action}",
+            f"the agent has no capability for {action}{on}",
         )
     if wants_network and not policy.script_network:
         return Outcome(

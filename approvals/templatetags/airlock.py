@@ -8,6 +8,7 @@ import re
 from django import template
 
 from approvals.choices import risk_band as band_of
+from approvals.gateway.models import Upstream
 
 register = template.Library()
 
@@ -69,3 +70,11 @@ def timespan(value) -> str:
     if hours < 24:
         return f"{hours} h {minutes % 60} min" if minutes % 60 else f"{hours} h"
     return f"{days} d {hours % 24} h" if hours % 24 else f"{days} d"
+
+
+@register.filter
+def gateway_upstream(tool: str) -> str:
+    """The upstream server of the MCP gateway a tool's name starts with (``billing.refund``
+    → ``billing``), if one is configured and enabled; else ``""``."""
+    server = str(tool).partition(".")[0]
+    return server if Upstream.objects.filter(name=server, enabled=True).exists() else ""

@@ -110,7 +110,8 @@ def test_an_mcp_tool_beyond_the_agents_capabilities_is_denied_at_once(deployment
     answer = hook(deployment, event(*MCP, "toolu_03Mcp"))
     assert answer["permissionDecision"] == "deny"
     assert answer["permissionDecisionReason"] == (
-        "Airlock: denied: the agent has no capability for tool.call"
+        "Airlock: denied: the agent has no capability for tool.call on tool "
+        "claude-code.mcp__github__create_issue"
     )
 
 

@@ -32,6 +32,7 @@ VIEWS = [
     ("policy-suggestions", {}, "get", None, True),
     ("agents", {}, "get", None, True),
     ("agent-action", {"pk": "agent", "operation": "revoke"}, "post", {}, True),
+    ("upstreams", {}, "get", None, True),
     ("users", {}, "get", None, True),
     ("set-reviewer", {"pk": "outsider", "operation": None}, "post", {"reviewer": "on"}, True),
     ("audit", {}, "get", None, True),

@@ -84,10 +84,10 @@ def expires_in(expires_at: str | None) -> str:
     return f"expires in {minutes} min" if minutes >= 1 else "expires in less than a minute"
 
 
-def approved_line(proposal: dict) -> str:
+def approved_line(proposal: dict, then: str = "queued") -> str:
     approvers = [d["reviewer"] for d in proposal["decisions"] if d["kind"] == DecisionKind.APPROVE]
     by = f"by {', '.join(approvers)}" if approvers else "by policy"
-    return f"approved {by}; execution {proposal['execution_id']} queued"
+    return f"approved {by}; execution {proposal['execution_id']} {then}"
 
 
 def refusal_text(proposal: dict) -> str:

@@ -16,10 +16,11 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from approvals.agents.mcp import calls, results
+from approvals.agents.mcp import calls, gateway, results
 from approvals.agents.mcp.auth import SCOPE_KEY, UNAUTHENTICATED_CODE, Principal
 from approvals.agents.mcp.context import Call, Progress
 from approvals.agents.mcp.tools import Catalog
+from approvals.gateway.connections import split
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,9 @@ def principal_of(ctx: ServerRequestContext) -> Principal:
 async def list_tools(
     ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=catalog().listed_for(principal_of(ctx)))
+    principal = principal_of(ctx)
+    upstreams = await gateway.listed_for(principal)
+    return types.ListToolsResult(tools=catalog().listed_for(principal) + upstreams)
 
 
 async def call_tool(
@@ -63,12 +66,14 @@ async def call_tool(
 ) -> types.CallToolResult:
     principal = principal_of(ctx)
     tool = catalog().get(params.name)
-    if tool is None:
+    if tool is None and split(params.name) is None:
         raise MCPError(
             types.INVALID_PARAMS, f"unknown tool {params.name!r}; tools/list shows yours"
         )
     call = Call(principal, Progress(ctx.session.report_progress))
     try:
+        if tool is None:  # <server>__<tool>: an upstream's, through the gateway
+            return await gateway.call(call, params.name, params.arguments or {})
         return await calls.run(call, tool, params.arguments or {})
     except Exception:
         log.exception("MCP tool %s failed", params.name)

@@ -60,13 +60,18 @@ class Command(BaseCommand):
         self.stdout.write(report(simulation.simulate(draft, last)))
 
     def _read(self, file: str) -> str:
-        if file == "-":
-            return sys.stdin.read()
-        try:
-            with open(file, encoding="utf-8") as handle:
-                return handle.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CommandError(f"cannot read {file}: {exc}") from None
+        return read_file(file)
+
+
+def read_file(file: str) -> str:
+    """A file's text, or stdin's for ``-``; ``CommandError`` saying why not."""
+    if file == "-":
+        return sys.stdin.read()
+    try:
+        with open(file, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"cannot read {file}: {exc}") from None
 
 
 def _cli_actor() -> str:

@@ -1,0 +1,258 @@
+"""What a valid upstream is, and every change to the list of upstreams, audited.
+
+One validation for every way in: the console's form, a YAML file applied with
+``manage.py upstreams apply FILE``. A file lists every upstream by name and
+replaces the list whole; it is refused whole, naming each problem, before
+anything is written::
+
+    upstreams:
+      github:
+        command: [npx, -y, "@modelcontextprotocol/server-github"]
+        env: {GITHUB_PERSONAL_ACCESS_TOKEN: "${GITHUB_TOKEN}"}
+      crm:
+        url: https://crm.example.com/mcp
+        headers: {Authorization: "Bearer ${CRM_TOKEN}"}
+        timeout_seconds: 30
+
+The audit trail records each change with the names of the environment
+variables and headers, never their values, and a fingerprint of the whole
+configuration, so a changed secret shows as a change without being shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import yaml
+from django.db import transaction
+
+from approvals.gateway.models import Upstream
+from audit.services import record
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
+MAX_TIMEOUT_SECONDS = 3600
+FIELDS = ("command", "env", "url", "headers", "timeout_seconds", "enabled", "description")
+
+
+class ConfigError(Exception):
+    """An upstream (or a file of them) that cannot be saved; ``problems`` name each field."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Change:
+    verb: str  # added, changed, removed
+    name: str
+
+
+def clean(name: object, data: object) -> dict:
+    """The upstream ``name`` described by ``data``, as the row's fields; or ``ConfigError``."""
+    named: list[str] = []
+    if not isinstance(name, str) or not NAME.match(name):
+        named.append(
+            f"name {name!r}: lowercase letters, digits and '-', at most 40, starting with a "
+            "letter or digit (tools show as <name>__<tool>)"
+        )
+    if not isinstance(data, dict):
+        raise ConfigError(named + [f"{name}: a mapping of {', '.join(FIELDS)}"])
+    problems: list[str] = []
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        problems.append(
+            f"unknown field(s) {', '.join(map(str, unknown))}; known: {', '.join(FIELDS)}"
+        )
+    row = {
+        "transport": "",
+        "command": [],
+        "env": {},
+        "url": "",
+        "headers": {},
+        "timeout_seconds": 60,
+        "enabled": True,
+        "description": "",
+    }
+    has_command, has_url = data.get("command") not in (None, []), data.get("url") not in (None, "")
+    if has_command == has_url:
+        problems.append("give either command (a stdio server) or url (a streamable HTTP server)")
+    if has_command:
+        row["transport"] = Upstream.Transport.STDIO
+        row["command"] = _command(data["command"], problems)
+        row["env"] = _mapping(data.get("env"), "env", ENV_NAME, problems)
+        if data.get("headers"):
+            problems.append("headers: only for an upstream reached at a url")
+    if has_url:
+        row["transport"] = Upstream.Transport.HTTP
+        row["url"] = _url(data["url"], problems)
+        row["headers"] = _mapping(data.get("headers"), "headers", HEADER_NAME, problems)
+        if data.get("env"):
+            problems.append("env: only for an upstream started as a command")
+    timeout = data.get("timeout_seconds", 60)
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int)
+        or not 1 <= timeout <= MAX_TIMEOUT_SECONDS
+    ):
+        problems.append(
+            f"timeout_seconds: a whole number of seconds from 1 to {MAX_TIMEOUT_SECONDS}"
+        )
+    else:
+        row["timeout_seconds"] = timeout
+    enabled = data.get("enabled", True)
+    if not isinstance(enabled, bool):
+        problems.append("enabled: true or false")
+    else:
+        row["enabled"] = enabled
+    description = data.get("description", "") or ""
+    if not isinstance(description, str) or len(description) > 300:
+        problems.append("description: text of at most 300 characters")
+    else:
+        row["description"] = description
+    if named or problems:
+        raise ConfigError(named + [f"{name}: {problem}" for problem in problems])
+    return row
+
+
+def _command(value: object, problems: list[str]) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(part, str) and part for part in value):
+        problems.append("command: a list of non-empty strings, the program first")
+        return []
+    if any("\0" in part for part in value):
+        problems.append("command: no NUL characters")
+    return value
+
+
+def _url(value: object, problems: list[str]) -> str:
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        problems.append("url: an http:// or https:// URL")
+        return ""
+    if len(value) > 500:
+        problems.append("url: at most 500 characters")
+    return value
+
+
+def _mapping(value: object, field: str, key: re.Pattern, problems: list[str]) -> dict[str, str]:
+    if value in (None, ""):
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        problems.append(f"{field}: a mapping of names to text values")
+        return {}
+    bad = sorted(name for name in value if not isinstance(name, str) or not key.match(name))
+    if bad:
+        problems.append(f"{field}: invalid name(s) {', '.join(map(str, bad))}")
+    if any("\n" in v or "\r" in v or "\0" in v for v in value.values()):
+        problems.append(f"{field}: values must be one line")
+    return value
+
+
+def fingerprint(row: dict) -> str:
+    """A hash of an upstream's whole configuration, secrets included, to tell changes apart."""
+    shown = {field: row.get(field) for field in ("transport", *FIELDS)}
+    return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def row_of(upstream: Upstream) -> dict:
+    return {field: getattr(upstream, field) for field in ("transport", *FIELDS)}
+
+
+def audit_data(name: str, row: dict) -> dict:
+    """What the audit trail keeps of an upstream: no value of env or headers."""
+    return {
+        "name": name,
+        "transport": row["transport"],
+        "command": row["command"],
+        "url": row["url"],
+        "env_names": sorted(row["env"]),
+        "header_names": sorted(row["headers"]),
+        "timeout_seconds": row["timeout_seconds"],
+        "enabled": row["enabled"],
+        "fingerprint": fingerprint(row),
+    }
+
+
+@transaction.atomic
+def save(name: str, data: dict, actor: str, *, create: bool) -> Change | None:
+    """Add upstream ``name`` (``create``) or change it; audited. ``None`` if nothing changed."""
+    row = clean(name, data)
+    upstream = Upstream.objects.select_for_update().filter(name=name).first()
+    if create and upstream is not None:
+        raise ConfigError([f"{name}: an upstream of that name exists"])
+    if not create and upstream is None:
+        raise ConfigError([f"{name}: no such upstream"])
+    if upstream is not None and fingerprint(row_of(upstream)) == fingerprint(row):
+        return None
+    upstream, created = Upstream.objects.update_or_create(name=name, defaults=row)
+    verb = "added" if created else "changed"
+    record(actor, f"gateway.upstream_{verb}", upstream, **audit_data(name, row))
+    return Change(verb, name)
+
+
+@transaction.atomic
+def remove(name: str, actor: str) -> Change:
+    upstream = Upstream.objects.select_for_update().filter(name=name).first()
+    if upstream is None:
+        raise ConfigError([f"{name}: no such upstream"])
+    record(actor, "gateway.upstream_removed", upstream, name=name)
+    upstream.delete()
+    return Change("removed", name)
+
+
+def parse(text: str) -> dict[str, dict]:
+    """A file's upstreams by name, each cleaned; ``ConfigError`` naming every problem."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not YAML: {exc}"]) from None
+    if document is None:
+        document = {"upstreams": {}}
+    if not isinstance(document, dict) or set(document) != {"upstreams"}:
+        raise ConfigError(["the file is a mapping with one key, upstreams"])
+    listed = document["upstreams"] or {}
+    if not isinstance(listed, dict):
+        raise ConfigError(["upstreams: a mapping of names to upstreams"])
+    rows, problems = {}, []
+    for name, data in listed.items():
+        try:
+            rows[name] = clean(name, data)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    return listed
+
+
+@transaction.atomic
+def apply(text: str, actor: str) -> list[Change]:
+    """Make the upstreams exactly those of the file ``text``; every change audited."""
+    listed = parse(text)
+    changes = [remove(name, actor) for name in _names() if name not in listed]
+    for name, data in listed.items():
+        change = save(name, data, actor, create=name not in _names())
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def _names() -> set[str]:
+    return set(Upstream.objects.values_list("name", flat=True))
+
+
+def export() -> str:
+    """The upstreams as a file ``apply`` reads back to the same list (secrets as stored)."""
+    listed = {}
+    for upstream in Upstream.objects.all():
+        row = row_of(upstream)
+        shown = {field: row[field] for field in FIELDS if row[field] not in ("", [], {})}
+        shown["timeout_seconds"], shown["enabled"] = row["timeout_seconds"], row["enabled"]
+        listed[upstream.name] = shown
+    return yaml.safe_dump({"upstreams": listed}, sort_keys=False, default_flow_style=None)

@@ -1,0 +1,136 @@
+"""The gateway against real upstream MCP servers (``tests.gateway.upstream``) and a real ``serve``.
+
+One deployment for the package, fronting four upstreams: ``up`` (stdio),
+``slowup`` (stdio, a 1 s timeout), ``web`` (streamable HTTP, a header that
+names Airlock's environment) and ``down`` (an HTTP address nobody answers).
+Each upstream writes every call it receives to its own file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.mcp.conftest import Served, pytest_runtest_makereport  # noqa: F401
+from tests.serving import ROOT, free_port, start_server
+
+SECRET = "gw-secret-7f3a"
+
+
+@dataclass
+class Gateway:
+    served: Served
+    calls_dir: Path
+    reviewer: str
+
+    def calls(self, upstream: str, tool: str | None = None) -> list[dict]:
+        """The calls upstream ``upstream`` received (of ``tool``), in order."""
+        path = self.calls_dir / f"{upstream}.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [c for c in map(json.loads, lines) if tool in (None, c["tool"])]
+
+    def agent(self, name: str, *capabilities: str) -> str:
+        return self.served.new_agent(name, *capabilities)
+
+    def policy(self, **lists) -> None:
+        """The default policy with these rule lists (``allow=[("tool", "up.add")]``)."""
+        rules = {
+            kind: [{"kind": k, "pattern": p, "note": "test"} for k, p in rules]
+            for kind, rules in lists.items()
+        }
+        self.served.manage(
+            "shell",
+            "-c",
+            "from approvals.policy.rules import DEFAULT_POLICY, update_policy; "
+            f"update_policy({{**DEFAULT_POLICY, **{rules!r}}}, None, 'test', actor='test')",
+        )
+
+    def decide(self, tool: str, kind: str, comment: str = "") -> None:
+        """Decide the first pending call of ``tool`` once it shows (waits for it)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, page = self.served.server.api(
+                "GET", "/api/v1/proposals?status=pending&action=tool.call", token=self.reviewer
+            )
+            mine = [p for p in page["items"] if p["parameters"]["tool"] == tool]
+            if mine:
+                self.served.decide(mine[0]["id"], kind, self.reviewer, comment)
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"no pending call of {tool}")
+
+
+def _upstreams(calls: Path, web_port: int, down_port: int) -> str:
+    def stdio(name: str, timeout: int) -> dict:
+        return {
+            "command": [sys.executable, "-m", "tests.gateway.upstream", "stdio"],
+            "env": {
+                "UPSTREAM_CALLS": str(calls / f"{name}.jsonl"),
+                "PYTHONPATH": str(ROOT),
+                "FROM_AIRLOCK": "${GATEWAY_SECRET}",
+            },
+            "timeout_seconds": timeout,
+        }
+
+    return json.dumps(
+        {
+            "upstreams": {
+                "up": stdio("up", 10),
+                "slowup": stdio("slowup", 1),
+                "web": {
+                    "url": f"http://127.0.0.1:{web_port}/mcp",
+                    "headers": {"Authorization": "Bearer ${GATEWAY_SECRET}"},
+                },
+                "down": {"url": f"http://127.0.0.1:{down_port}/mcp", "timeout_seconds": 5},
+            }
+        }
+    )
+
+
+@pytest.fixture(scope="package")
+def gateway(tmp_path_factory) -> Iterator[Gateway]:
+    root = tmp_path_factory.mktemp("gateway")
+    calls = root / "calls"
+    calls.mkdir()
+    web_port, down_port = free_port(), free_port()
+    web = subprocess.Popen(
+        [sys.executable, "-m", "tests.gateway.upstream", "http", str(web_port)],
+        cwd=ROOT,
+        env={"UPSTREAM_CALLS": str(calls / "web.jsonl"), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = None
+    try:
+        _wait_for(f"http://127.0.0.1:{web_port}/mcp")
+        data = root / "data"
+        server = start_server(data, extra_env={"STEP_UP_MIN_RISK": "11", "GATEWAY_SECRET": SECRET})
+        served = Served(server, data)
+        (root / "upstreams.yaml").write_text(_upstreams(calls, web_port, down_port))
+        served.manage("upstreams", "apply", str(root / "upstreams.yaml"))
+        yield Gateway(served, calls, served.user_token("reviewer"))
+    finally:
+        if server is not None:
+            server.stop()
+        web.terminate()
+        web.wait(timeout=10)
+
+
+def _wait_for(url: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the upstream at {url} did not start")

@@ -1,0 +1,247 @@
+"""The MCP gateway: upstream tools behind Airlock's policy and review, called only once approved.
+
+Agents connect with the official SDK's client to a running Airlock; the
+upstreams are real MCP servers (``tests.gateway.upstream``) that write down
+every call they receive, so "never reached" is read from the upstream itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.gateway.conftest import SECRET, Gateway
+from tests.mcp.conftest import Progress, connect, text_of
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+async def listed(gateway: Gateway, token: str) -> dict:
+    async with connect(gateway.served.url, token) as client:
+        return {tool.name: tool for tool in (await client.list_tools()).tools}
+
+
+async def call(gateway: Gateway, token: str, name: str, arguments: dict, progress=None):
+    async with connect(gateway.served.url, token) as client:
+        return await client.call_tool(name, arguments, progress_callback=progress)
+
+
+def in_background(gateway: Gateway, tool: str, kind: str, comment: str = "") -> threading.Thread:
+    thread = threading.Thread(target=gateway.decide, args=(tool, kind, comment))
+    thread.start()
+    return thread
+
+
+def execution(gateway: Gateway, execution_id: int) -> dict:
+    status, body = gateway.served.server.api(
+        "GET", f"/api/v1/executions/{execution_id}", token=gateway.reviewer
+    )
+    assert status == 200, body
+    return body
+
+
+def proposals_of(gateway: Gateway, tool: str) -> list[dict]:
+    _, page = gateway.served.server.api(
+        "GET", "/api/v1/proposals?action=tool.call&limit=200", token=gateway.reviewer
+    )
+    return [p for p in page["items"] if p["parameters"]["tool"] == tool]
+
+
+async def direct(name: str, arguments: dict, calls_file) -> object:
+    """The same upstream, called without Airlock: what an unchanged answer looks like."""
+    parameters = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tests.gateway.upstream", "stdio"],
+        env={"UPSTREAM_CALLS": str(calls_file)},
+    )
+    async with Client(parameters) as client:
+        return await client.call_tool(name, arguments)
+
+
+def test_upstream_tools_list_as_server__tool_with_their_schemas_for_the_agents_they_are_granted(
+    gateway,
+):
+    tools = run(listed(gateway, gateway.agent("lister", "tool.call")))
+    upstream = sorted(name for name in tools if "__" in name)
+    assert "up__add" in upstream and "web__whoami" in upstream and "slowup__echo" in upstream
+    assert not [name for name in upstream if name.startswith("down__")]  # nobody answers there
+    add = tools["up__add"]
+    assert add.description.startswith("Add two whole numbers; the total is structured content.")
+    assert "proposes the tool call `up.add`" in add.description
+    properties = add.input_schema["properties"]
+    assert properties["a"] == {"title": "A", "type": "integer"}  # the upstream's, unchanged
+    assert add.input_schema["required"] == ["a", "b"]
+    assert {"reason", "urgency", "idempotency_key", "wait_seconds"} <= set(properties)
+    assert add.output_schema["properties"]["total"] == {"title": "Total", "type": "integer"}
+    # refund has its own "reason": it goes upstream, and Airlock's envelope does without one
+    refund = tools["up__refund"].input_schema["properties"]
+    assert refund["reason"] == {"default": "", "title": "Reason", "type": "string"}
+
+    scoped = run(listed(gateway, gateway.agent("scoped", "tool.call:up.echo")))
+    assert [name for name in scoped if "__" in name] == ["up__echo"]
+    none = run(listed(gateway, gateway.agent("scripter", "script.execute")))
+    assert not [name for name in none if "__" in name]
+
+
+def test_an_allowed_call_goes_upstream_once_and_its_answer_comes_back_unchanged(gateway, tmp_path):
+    gateway.policy(allow=[("tool", "up.add")])
+    token = gateway.agent("adder", "tool.call:up.*")
+    progress = Progress()
+    result = run(call(gateway, token, "up__add", {"a": 2, "b": 40, "reason": "sum"}, progress))
+    plain = run(direct("add", {"a": 2, "b": 40}, tmp_path / "direct.jsonl"))
+    assert result.is_error is False
+    assert result.structured_content == plain.structured_content == {"total": 42, "terms": 2}
+    assert result.content == plain.content
+    assert [c["arguments"] for c in gateway.calls("up", "add")] == [{"a": 2, "b": 40}]
+
+    (proposal,) = [p for p in proposals_of(gateway, "up.add") if p["agent"] == "adder"]
+    done_id = proposal["execution_id"]
+    assert progress.messages[-1] == f"approved by policy; execution {done_id} calls up.add upstream"
+    assert (proposal["status"], proposal["decision_path"]["rule"]) == ("approved", "tool:up.add")
+    done = execution(gateway, proposal["execution_id"])
+    assert (done["status"], done["backend"], done["exit_code"]) == ("succeeded", "gateway", 0)
+    assert '"structuredContent": {"total": 42, "terms": 2}' in done["stdout"]
+    trail = gateway.served.manage(
+        "shell",
+        "-c",
+        "from audit.models import AuditEvent; "
+        f"print([(e.actor, e.verb) for e in AuditEvent.objects.filter(object_type='execution', "
+        f"object_id='{proposal['execution_id']}').order_by('seq')])",
+    )
+    assert "('gateway', 'execution.started'), ('gateway', 'execution.succeeded')" in trail
+
+
+def test_a_held_call_is_made_once_a_person_approves_and_a_rejected_one_never_reaches_upstream(
+    gateway,
+):
+    gateway.policy()
+    token = gateway.agent("held", "tool.call:up.*")
+    approver = in_background(gateway, "up.echo", "approve", "fine")
+    progress = Progress()
+    result = run(call(gateway, token, "up__echo", {"text": "held then approved"}, progress))
+    approver.join()
+    assert (result.is_error, text_of(result)) == (False, "echo: held then approved")
+    assert any("pending review" in message for message in progress.messages)
+
+    rejecter = in_background(gateway, "up.refund", "reject", "not this customer")
+    result = run(call(gateway, token, "up__refund", {"customer": "c-9", "amount": 500}))
+    rejecter.join()
+    assert result.is_error is True
+    assert "not this customer" in text_of(result)
+    assert result.meta["airlock"]["status"] == "rejected"
+    assert gateway.calls("up", "refund") == []
+
+
+def test_a_call_policy_denies_never_reaches_upstream(gateway):
+    gateway.policy(deny=[("tool", "up.refund")])
+    token = gateway.agent("denied", "tool.call:up.*")
+    result = run(call(gateway, token, "up__refund", {"customer": "c-1", "amount": 1}))
+    assert result.is_error is True
+    assert "was denied by policy" in text_of(result)
+    assert result.meta["airlock"]["status"] == "denied"
+    assert gateway.calls("up", "refund") == []
+
+
+def test_a_call_made_again_with_its_key_waits_again_and_then_answers_the_first_answer(gateway):
+    gateway.policy()
+    token = gateway.agent("patient", "tool.call:up.*")
+    arguments = {"text": "once only", "idempotency_key": "echo-1", "wait_seconds": 0}
+    first = run(call(gateway, token, "up__echo", arguments))
+    assert first.is_error is True and first.meta["airlock"]["status"] == "pending"
+    assert "same arguments and idempotency_key" in text_of(first)
+    assert gateway.calls("up", "echo") == [] or all(
+        c["arguments"]["text"] != "once only" for c in gateway.calls("up", "echo")
+    )
+    gateway.decide("up.echo", "approve")
+    again = run(call(gateway, token, "up__echo", arguments))
+    once_more = run(call(gateway, token, "up__echo", arguments))
+    assert text_of(again) == text_of(once_more) == "echo: once only"
+    assert again.structured_content == once_more.structured_content == {"result": "echo: once only"}
+    made = [c for c in gateway.calls("up", "echo") if c["arguments"]["text"] == "once only"]
+    assert len(made) == 1
+    changed = run(call(gateway, token, "up__echo", {**arguments, "text": "something else"}))
+    assert changed.is_error is True and "key 'echo-1' was already used for proposal" in text_of(
+        changed
+    )
+
+
+def test_the_upstreams_own_error_comes_back_as_it_gave_it_and_the_execution_failed(gateway):
+    gateway.policy(allow=[("tool", "up.fail")])
+    token = gateway.agent("failing", "tool.call:up.*")
+    result = run(call(gateway, token, "up__fail", {"why": "the account is closed"}))
+    assert (result.is_error, text_of(result)) == (True, "cannot: the account is closed")
+    (proposal,) = [p for p in proposals_of(gateway, "up.fail") if p["agent"] == "failing"]
+    done = execution(gateway, proposal["execution_id"])
+    assert (done["status"], done["error"]) == ("failed", "upstream up answered with an error")
+
+
+def test_a_stdio_upstream_that_crashes_is_a_tool_error_and_is_started_again(gateway):
+    gateway.policy(allow=[("tool", "up.*")])
+    token = gateway.agent("crasher", "tool.call:up.*")
+    assert text_of(run(call(gateway, token, "up__echo", {"text": "before"}))) == "echo: before"
+    crashed = run(call(gateway, token, "up__crash", {}))
+    assert crashed.is_error is True
+    assert "upstream up closed the connection during crash" in text_of(crashed)
+    (dead,) = [c["pid"] for c in gateway.calls("up", "crash")]  # made once, not again
+    # Each web process has its own upstream; whichever answers, the dead one is started again.
+    for n in range(4):
+        after = run(call(gateway, token, "up__echo", {"text": f"after {n}"}))
+        assert (after.is_error, text_of(after)) == (False, f"echo: after {n}")
+    served = {
+        c["pid"] for c in gateway.calls("up", "echo") if c["arguments"]["text"][:5] == "after"
+    }
+    assert dead not in served
+    (proposal,) = [p for p in proposals_of(gateway, "up.crash") if p["agent"] == "crasher"]
+    assert execution(gateway, proposal["execution_id"])["status"] == "failed"
+
+
+def test_an_upstream_that_is_slow_or_down_is_a_tool_error_that_says_so(gateway):
+    gateway.policy(allow=[("tool", "slowup.*"), ("tool", "down.*")])
+    token = gateway.agent("waiter", "tool.call")
+    slow = run(call(gateway, token, "slowup__slow", {"seconds": 5}))
+    assert slow.is_error is True
+    assert "upstream slowup did not answer slow within 1 s" in text_of(slow)
+    down = run(call(gateway, token, "down__anything", {}))
+    assert down.is_error is True
+    assert "upstream down is unreachable: it refused the connection" in text_of(down)
+    assert proposals_of(gateway, "down.anything") == []  # nothing to propose a call of
+
+
+def test_an_http_upstream_gets_its_headers_with_airlocks_environment_read_in(gateway):
+    gateway.policy(allow=[("tool", "web.*"), ("tool", "up.getenv")])
+    token = gateway.agent("webby", "tool.call")
+    result = run(call(gateway, token, "web__whoami", {}))
+    assert (result.is_error, text_of(result)) == (False, f"Bearer {SECRET}")
+    # a stdio upstream gets its own env and a minimal environment, not Airlock's
+    seen = run(call(gateway, token, "up__getenv", {"name": "FROM_AIRLOCK"}))
+    assert text_of(seen) == SECRET
+    hidden = run(call(gateway, token, "up__getenv", {"name": "AIRLOCK_DATA_DIR"}))
+    assert text_of(hidden) == "<unset>"
+
+
+def test_bad_calls_are_refused_before_anything_is_proposed(gateway):
+    gateway.policy(allow=[("tool", "up.*")])
+    token = gateway.agent("sloppy", "tool.call:up.*")
+    wrong = run(call(gateway, token, "up__add", {"a": "two", "b": 3}))
+    assert wrong.is_error is True
+    assert "invalid arguments: a: 'two' is not of type 'integer'" in text_of(wrong)
+    missing = run(call(gateway, token, "up__add", {"a": 1}))
+    assert "'b' is a required property" in text_of(missing)
+    unknown = run(call(gateway, token, "up__nope", {}))
+    assert "upstream up has no tool 'nope'" in text_of(unknown)
+    envelope = run(call(gateway, token, "up__echo", {"text": "x", "urgency": "whenever"}))
+    assert "urgency" in text_of(envelope) and envelope.is_error is True
+    assert [p for p in proposals_of(gateway, "up.add") if p["agent"] == "sloppy"] == []
+    reviewer = run(call(gateway, gateway.reviewer, "up__echo", {"text": "x"}))
+    assert "only agent tokens can call tools" in text_of(reviewer)
+    ungranted = run(
+        call(gateway, gateway.agent("other", "tool.call:web.*"), "up__echo", {"text": "x"})
+    )
+    assert ungranted.is_error is True and "capabilit" in text_of(ungranted)
+    assert not [c for c in gateway.calls("up", "echo") if c["arguments"]["text"] == "x"]

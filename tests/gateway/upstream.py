@@ -1,0 +1,90 @@
+"""An upstream MCP server for the gateway's tests, built on the official SDK's ``MCPServer``.
+
+``python -m tests.gateway.upstream stdio`` speaks on stdin and stdout;
+``python -m tests.gateway.upstream http PORT`` serves streamable HTTP on
+``/mcp``. Every call it receives is appended, as a JSON line, to the file
+named by ``UPSTREAM_CALLS`` (so a test can show a call never reached it),
+with the process id (so a test can see a restarted process); ``whoami``
+answers the ``Authorization`` header a call came with over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel
+
+server = MCPServer("upstream-under-test")
+
+
+def _called(tool: str, **arguments) -> None:
+    line = {"tool": tool, "arguments": arguments, "pid": os.getpid()}
+    with open(os.environ["UPSTREAM_CALLS"], "a") as calls:
+        calls.write(json.dumps(line) + "\n")
+
+
+class Sum(BaseModel):
+    total: int
+    terms: int
+
+
+@server.tool(description="Echo the text back.")
+def echo(text: str) -> str:
+    _called("echo", text=text)
+    return f"echo: {text}"
+
+
+@server.tool(description="Add two whole numbers; the total is structured content.")
+def add(a: int, b: int) -> Sum:
+    _called("add", a=a, b=b)
+    return Sum(total=a + b, terms=2)
+
+
+@server.tool(description="Refund an amount to a customer.")
+def refund(customer: str, amount: int, reason: str = "") -> str:
+    _called("refund", customer=customer, amount=amount, reason=reason)
+    return f"refunded {amount} to {customer} ({reason or 'no reason given'})"
+
+
+@server.tool(description="Answer with an error, as a tool does when it cannot do its job.")
+def fail(why: str) -> CallToolResult:
+    _called("fail", why=why)
+    return CallToolResult(content=[TextContent(text=f"cannot: {why}")], is_error=True)
+
+
+@server.tool(description="Take this many seconds to answer.")
+def slow(seconds: float) -> str:
+    _called("slow", seconds=seconds)
+    time.sleep(seconds)
+    return "slept"
+
+
+@server.tool(description="Exit the process in the middle of the call.")
+def crash() -> str:
+    _called("crash")
+    os._exit(3)
+
+
+@server.tool(description="The environment variable's value, as this process sees it.")
+def getenv(name: str) -> str:
+    _called("getenv", name=name)
+    return os.environ.get(name, "<unset>")
+
+
+@server.tool(description="The Authorization header this call came with (HTTP only).")
+def whoami(ctx: Context) -> str:
+    _called("whoami")
+    request = ctx.request_context.request
+    return request.headers.get("authorization", "<none>") if request is not None else "<stdio>"
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), stateless_http=True)
