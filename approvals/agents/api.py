@@ -148,16 +148,21 @@ def proposal_data(user, pk: int) -> dict:
 
 def inline_result(user, data: dict) -> dict:
     """``{"result": …}`` for a proposal whose run ended, as ``long_poll`` adds it."""
-    result = execution_data(user, data["execution_id"])
-    limit, cut = settings.RESULT_INLINE_BYTES, False
+    return {"result": result_of(execution_data(user, data["execution_id"]))}
+
+
+def result_of(execution: dict) -> dict:
+    """A finished execution as an answer carries it inline (``?until=finished``, the MCP
+    tools): stdout and stderr cut at ``RESULT_INLINE_BYTES``, and where the rest is."""
+    result, limit, cut = dict(execution), settings.RESULT_INLINE_BYTES, False
     for stream in ("stdout", "stderr"):
         encoded = result[stream].encode()
         if len(encoded) > limit:
             result[stream] = encoded[:limit].decode(errors="ignore")
             cut = True
     result["output_truncated"] = cut
-    result["output_url"] = f"/api/v1/executions/{data['execution_id']}/output"
-    return {"result": result}
+    result["output_url"] = f"/api/v1/executions/{execution['id']}/output"
+    return result
 
 
 def represent(row: dict) -> dict:

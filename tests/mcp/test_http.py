@@ -80,6 +80,14 @@ async def test_a_low_risk_script_runs_and_returns_its_result(served):
     assert "stdout:\n1" in text_of(result)
     assert progress.messages[0].startswith("approved by policy; execution")
     assert "".join(progress.messages[1:]) == "1\n"  # the output, streamed before the answer
+    # The result as REST's ?until=finished carries it inline: one shape for both.
+    status, rest = served.server.api(
+        "GET",
+        f"/api/v1/proposals/{content['proposal_id']}?wait=5&until=finished",
+        token=served.server.token,
+    )
+    assert status == 200 and content["result"] == rest["result"]
+    assert (content["result"]["stdout"], content["result"]["output_truncated"]) == ("1\n", False)
 
 
 async def test_a_risky_script_waits_for_two_reviewers_and_streams_its_output(served):

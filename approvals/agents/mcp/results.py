@@ -1,9 +1,10 @@
 """What a tool call answers: structured content for programs, a summary for the model.
 
 The structured content of a proposing call (and of ``get_proposal``) is
-``{"outcome", "proposal_id", "proposal", "execution"}``: ``proposal`` and
-``execution`` are the objects ``GET /api/v1/proposals/{id}`` and
-``GET /api/v1/executions/{id}`` answer, so the result contract (stdout,
+``{"outcome", "proposal_id", "proposal", "execution", "result"}``: ``proposal``
+and ``execution`` are the objects ``GET /api/v1/proposals/{id}`` and
+``GET /api/v1/executions/{id}`` answer, and ``result`` (once the run ended)
+the one ``?until=finished`` carries inline, so the result contract (stdout,
 stderr, exit code, truncated, backend, provenance) reads the same over MCP
 as over REST. An outcome that is not a success is a tool error, with the
 reason or the reviewer's comment in its text.
@@ -20,6 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework.utils.encoders import JSONEncoder
 
+from approvals.agents.api import result_of
 from approvals.choices import DecisionKind, ProposalStatus
 from executions.choices import TERMINAL, ExecutionStatus
 
@@ -50,6 +52,8 @@ def outcome(proposal: dict, execution: dict | None, waited: float | None = None)
         "proposal_id": proposal["id"],
         "proposal": proposal,
         "execution": execution,
+        # the shape ?until=finished answers with over REST (and the SDK reads)
+        "result": result_of(execution) if execution and execution["status"] in TERMINAL else None,
     }
     status = proposal["status"]
     if status in (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED):
