@@ -120,6 +120,7 @@ def start_server(
     serve_args: list[str] = (),
     tls: tuple[Path, Path] | None = None,
     port: int | None = None,
+    verbose: bool = True,
 ) -> Server:
     """Start ``serve --demo`` with a fresh data dir and a sandbox backend; wait until it answers.
 
@@ -127,6 +128,8 @@ def start_server(
     the copy of Airlock to serve from; ``data_dir`` None keeps its default
     (``var/`` in that checkout). The log goes to ``serve.log`` beside the data.
     ``tls``: (certificate, key) to serve HTTPS with; ``port``: where (default: a free one).
+    ``verbose``: the worker's and the scheduler's logs in ``serve.log`` too (what a failed
+    test shows), not in the data dir's ``logs/``.
     """
     port = port or free_port()
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV + ("AIRLOCK_DATA_DIR",)}
@@ -144,6 +147,7 @@ def start_server(
         context = ssl.create_default_context(cafile=str(tls[0]))
     process = subprocess.Popen(
         [*wrapper, python, str(checkout / "manage.py"), "serve", "--port", str(port), "--demo"]
+        + (["--verbose"] if verbose else [])
         + list(serve_args),
         cwd=checkout,
         env=env,

@@ -211,3 +211,35 @@ def test_a_port_in_use_is_refused_not_shared(served):
     )
     assert second.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in second.stderr
+
+
+def test_serve_prints_one_screen_and_keeps_the_workers_logs_in_a_file(tmp_path):
+    data = tmp_path / "data"
+    server = start_server(data, verbose=False)
+    try:
+        body = {
+            "action": "script.execute",
+            "parameters": {"language": "python", "code": "print(1)"},
+        }
+        status, proposal = server.api(
+            "POST", "/api/v1/proposals?wait=30&until=finished", body, token=server.token
+        )
+        assert status == 201 and proposal["result"]["stdout"] == "1\n", proposal  # a worker ran it
+        printed = server.log.read_text()
+        for said in (
+            "Sandbox: local · isolation",
+            "Demo accounts (password for each: airlock-demo):",
+            server.token,
+            f"Airlock is running at {server.base}/",
+            f"Worker and scheduler logs: {data}/logs/",
+        ):
+            assert said in printed, said
+        assert len(printed.splitlines()) <= 24, printed  # one screen
+        for noise in ("[tasks]", "SecurityWarning", "celery beat", "Started server process"):
+            assert noise not in printed, noise
+        worker = (data / "logs" / "worker.log").read_text()
+        assert "[tasks]" in worker and "executions.tasks.run_execution" in worker
+        assert "beat" in (data / "logs" / "beat.log").read_text()
+        assert oct((data / "logs").stat().st_mode & 0o777) == "0o700"
+    finally:
+        server.stop()

@@ -57,6 +57,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-worker", action="store_true", help="serve the web only")
         parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="show the worker's, the scheduler's and the web server's own logs here "
+            "(default: the worker's and the scheduler's go to DATA_DIR/logs/)",
+        )
+        parser.add_argument(
             "--certfile",
             default=os.environ.get("AIRLOCK_TLS_CERT", ""),
             help="serve HTTPS with this certificate (PEM; default: AIRLOCK_TLS_CERT)",
@@ -68,6 +74,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, host, port, concurrency, web_processes, demo, no_worker, **options):
+        self.verbose = options["verbose"]
         if not 1 <= port <= 65535:
             raise CommandError(f"--port {port} is not a TCP port")
         if web_processes < 1:
@@ -108,6 +115,11 @@ class Command(BaseCommand):
                 f"Airlock is running at {address}/  "
                 f"({web_processes} web process{'es' if web_processes > 1 else ''}; Ctrl-C to stop)"
             )
+            if not self.verbose and not no_worker:
+                self.stdout.write(
+                    f"Worker and scheduler logs: {self.logs}/ (worker.log, beat.log; "
+                    "serve --verbose shows them here)"
+                )
             self.stdout.flush()  # the demo token too, when stdout is a file or a pipe
             self._supervise()
         finally:
@@ -129,6 +141,8 @@ class Command(BaseCommand):
         os.umask(0o077)
         data_dir = private_data_dir(Path(settings.DATA_DIR))
         _make_private(data_dir, 0o700)
+        self.logs = data_dir / "logs"
+        self.logs.mkdir(mode=0o700, exist_ok=True)
         # Static files are served from the source tree (WhiteNoise's finders);
         # an empty STATIC_ROOT keeps it from warning in every web process.
         Path(settings.STATIC_ROOT).mkdir(mode=0o700, exist_ok=True)
@@ -169,21 +183,27 @@ class Command(BaseCommand):
             f"  curl -s -X POST {address}/api/v1/proposals \\",
             f"    -H 'Authorization: Bearer {demo['token']}' -H 'Content-Type: application/json' \\",
             """    -d '{"action": "script.execute", "parameters": {"language": "python", "code": "print(\\"hi\\")"}}'""",
-            "From the terminal (README: From the terminal):",
+            "From the terminal (docs/guides/reviewers.md):",
             f"  .venv/bin/airlock login {address} --token {demo['token']}",
             "  echo 'print(\"hi\")' | .venv/bin/airlock run -",
             "Second factors: each person adds a passkey or an authenticator app at",
             f"  {address}/profile/security/ (needed {needed}).",
             "Single sign-on: set OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET and"
-            " OIDC_REVIEWER_GROUPS (README: Sign-in, SSO and MFA)."
+            " OIDC_REVIEWER_GROUPS (docs/guides/admins.md)."
             if not settings.OIDC_PROVIDER_IDS
             else f"Single sign-on through: {', '.join(settings.OIDC_PROVIDER_IDS)}.",
             "",
         ]
         self.stdout.write("\n".join(lines))
 
-    def _spawn(self, argv: list[str], extra_env: dict | None = None, pass_fds=()) -> None:
+    def _spawn(
+        self, argv: list[str], extra_env: dict | None = None, pass_fds=(), log: str = ""
+    ) -> None:
+        """Start a child; ``log``: the file in DATA_DIR/logs/ its output goes to (unless verbose)."""
         env = {**os.environ, **(extra_env or {})}
+        output = None
+        if log and not self.verbose:
+            output = open(self.logs / log, "ab")  # noqa: SIM115 - the child writes to it
         # Own session: a Ctrl-C reaches us once, and we stop children in order.
         # If serve itself dies (even SIGKILL), the kernel sends its children SIGTERM.
         self.children.append(
@@ -193,8 +213,12 @@ class Command(BaseCommand):
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
                 pass_fds=pass_fds,
+                stdout=output,
+                stderr=output,
             )
         )
+        if output is not None:
+            output.close()  # the child holds it
 
     def _start(self, listeners: list[socket.socket], concurrency: int, no_worker: bool) -> None:
         python = sys.executable
@@ -214,6 +238,7 @@ class Command(BaseCommand):
             fd = listener.fileno()
             self._spawn(
                 [python, "-m", "uvicorn", "--fd", str(fd), *UVICORN_OPTIONS, *tls]
+                + ([] if self.verbose else ["--log-level", "warning"])
                 + ["console.asgi:application"],
                 pass_fds=(fd,),
             )
@@ -240,7 +265,8 @@ class Command(BaseCommand):
                 "INFO",
                 "--without-gossip",
                 "--without-mingle",
-            ]
+            ],
+            log="worker.log",
         )
         self._spawn(
             [
@@ -254,7 +280,8 @@ class Command(BaseCommand):
                 "WARNING",
                 "--schedule",
                 str(Path(settings.DATA_DIR) / "celerybeat-schedule"),
-            ]
+            ],
+            log="beat.log",
         )
 
     def _on_signal(self, signum, frame) -> None:
@@ -264,7 +291,10 @@ class Command(BaseCommand):
         while not self._stopping:
             for child in self.children:
                 if child.poll() is not None:
-                    self.stderr.write(f"{child.args[2:5]} exited with {child.returncode}; stopping")
+                    self.stderr.write(
+                        f"{child.args[2:5]} exited with {child.returncode}; stopping"
+                        + ("" if self.verbose else f" (its log: {self.logs}/)")
+                    )
                     self._stopping = True
                     break
             time.sleep(0.2)
