@@ -3,6 +3,10 @@
 Without ``DATABASE_URL`` / ``REDIS_URL`` Airlock runs embedded: SQLite (WAL),
 a filesystem Celery broker and a database channel layer, no external server.
 With them it scales out on PostgreSQL and Redis.
+
+Each variable is documented where it is read, in ``#: names | default | meaning``
+rows (going on over ``#:   `` lines): the site's settings reference is made of
+them (``docs/hooks.py``), and a test fails when a variable read is not here.
 """
 
 import os
@@ -84,10 +88,17 @@ def secret_key_file(data_dir: Path) -> str:
 LEGACY_DEVELOPMENT_KEY = "airlock-development-key-change-me"
 # Off unless asked for: the embedded deployment is what people run, and a debug
 # page shows a stranger the code and settings (it also records every query).
+#: `DEBUG` | `false` | Django debug mode (error pages with code and settings; every query
+#:   recorded): for development only
 DEBUG = env_bool("DEBUG", False)
+#: `AIRLOCK_DATA_DIR` | `./var` | SQLite database, broker folders, beat schedule, secret key;
+#:   readable by Airlock's user alone (0700)
 DATA_DIR = Path(env("AIRLOCK_DATA_DIR", str(BASE_DIR / "var")))
 # Without SECRET_KEY an embedded install keeps a key of its own in the data
 # dir; the scale deployment (DATABASE_URL) has several hosts that must share one.
+#: `SECRET_KEY` | a key made for this install in `$AIRLOCK_DATA_DIR/secret_key` (0600); required
+#:   with `DATABASE_URL` (every host shares it) | signs sessions and keys the audit chain
+#: `DATABASE_URL` | — | e.g. `postgres://user:pw@host:5432/airlock`; switches off SQLite
 SECRET_KEY = env("SECRET_KEY") or (
     secret_key_file(DATA_DIR) if DEBUG or not env("DATABASE_URL") else ""
 )
@@ -95,9 +106,13 @@ if not SECRET_KEY:
     raise ImproperlyConfigured(
         "SECRET_KEY must be set with DATABASE_URL: every host of a deployment signs with it"
     )
+#: `SITE_URL` | the address `serve` listens on (`http://localhost:8000` elsewhere) | the address
+#:   people reach the console at: links in notifications, and what the hosts, origins and cookies
+#:   below follow; `https://…` turns on secure cookies, HSTS and the redirect to HTTPS
 SITE_URL = env("SITE_URL", "http://localhost:8000").rstrip("/")
+#: `WORKER_HOSTNAME` | the host name | names the `host.<name>` queue for host actions
 WORKER_HOSTNAME = env("WORKER_HOSTNAME", socket.gethostname())
-# When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`.
+#: `METRICS_TOKEN` | — | when set, `/metrics` requires this bearer token
 METRICS_TOKEN = env("METRICS_TOKEN")
 
 
@@ -127,20 +142,27 @@ def site_origin(url: str) -> tuple[str, str, int | None]:
 SITE_SCHEME, SITE_HOST, SITE_PORT = site_origin(SITE_URL)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 SITE_IS_LOOPBACK = SITE_HOST in LOOPBACK_HOSTS
+#: `ALLOWED_HOSTS` | `SITE_URL`'s host (and the loopback names when it is this machine; `*` when
+#:   `serve --host 0.0.0.0` runs without `SITE_URL`) | comma-separated host names
 ALLOWED_HOSTS = env_list(
     "ALLOWED_HOSTS",
     ["localhost", "127.0.0.1", "[::1]"] if SITE_IS_LOOPBACK else [SITE_HOST],
 )
+#: `CSRF_TRUSTED_ORIGINS` | — | comma-separated origins for a console behind a proxy
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # A browser's websocket names the page's origin: one of these, or (a console
 # on this machine) any loopback address. A client that sends no Origin is not
 # a browser and carries its own credentials. See console/ws_auth.py.
+#: `WEBSOCKET_ALLOWED_ORIGINS` | `SITE_URL`'s origin | comma-separated origins whose pages may open
+#:   the live websockets with a session cookie (this machine's own always may when `SITE_URL` is this
+#:   machine; a client that sends no `Origin` authenticates with its token)
 WEBSOCKET_ALLOWED_ORIGINS = (
     env_list("WEBSOCKET_ALLOWED_ORIGINS", [f"{SITE_SCHEME}://{urlsplit(SITE_URL).netloc}"])
     + CSRF_TRUSTED_ORIGINS
 )
 WEBSOCKET_LOOPBACK_ORIGINS = SITE_IS_LOOPBACK
-# Behind a proxy that terminates TLS: the header it sets, e.g. "X-Forwarded-Proto: https".
+#: `SECURE_PROXY_SSL_HEADER` | — | behind a proxy that ends TLS, the header it sets:
+#:   `X-Forwarded-Proto: https`
 if env("SECURE_PROXY_SSL_HEADER"):
     _header, _, _value = env("SECURE_PROXY_SSL_HEADER").partition(":")
     if not _value.strip():
@@ -154,7 +176,11 @@ if env("SECURE_PROXY_SSL_HEADER"):
 SECURE_TLS = SITE_SCHEME == "https"
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", SECURE_TLS)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", SECURE_TLS)
+#: `SECURE_SSL_REDIRECT` / `SESSION_COOKIE_SECURE` / `CSRF_COOKIE_SECURE` | `true` with an https
+#:   `SITE_URL` | redirect plain HTTP, send cookies over HTTPS only
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", SECURE_TLS)
+#: `SECURE_HSTS_SECONDS` / `SECURE_HSTS_INCLUDE_SUBDOMAINS` / `SECURE_HSTS_PRELOAD` | a year /
+#:   `true` / `true` with an https `SITE_URL`, else off | Strict-Transport-Security
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if SECURE_TLS else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE_TLS)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", SECURE_TLS)
@@ -247,6 +273,14 @@ TEMPLATES = [
 
 # Database: SQLite (WAL) by default, anything dj-database-url reads otherwise.
 DATABASE_URL = env("DATABASE_URL")
+#: `DB_POOL_SIZE` | `20` | PostgreSQL connections per process (a pool; a burst waits for one)
+#: `DB_POOL_TIMEOUT` | `30` | seconds a request waits for a pooled connection
+#: `SQLITE_PATH` | `$AIRLOCK_DATA_DIR/airlock.sqlite3` | the embedded database file
+#: `CONN_MAX_AGE` | `600` (SQLite) | seconds a request thread keeps its SQLite connection
+#: `SQLITE_WAL_AUTOCHECKPOINT` | `1000`; `20000` under `serve` | log pages at which a commit copies
+#:   SQLite's log back; `serve` does that itself beside the writers, this is its backstop
+#: `SQLITE_TEST_PATH` | `$AIRLOCK_DATA_DIR/test.sqlite3` | the database file the test suite makes
+#:   and removes
 if DATABASE_URL:
     import dj_database_url
 
@@ -288,8 +322,11 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: Celery broker and channel layer in the scale deployment.
+#: `REDIS_URL` | — | e.g. `redis://host:6379/0`; Celery broker and Channels layer
 REDIS_URL = env("REDIS_URL")
 REDIS_CHANNEL_LAYER = "infrastructure.channel_layers.RedisPubSubLayer"
+#: `CHANNEL_LAYER_PREFIX` | `asgi` | key prefix of the Channels layer in Redis (deployments sharing
+#:   one Redis)
 if REDIS_URL:
     # Redis pub/sub: a group send is one PUBLISH, where the list-based layer
     # makes four round trips and runs a Lua script; a message reaches another
@@ -331,6 +368,7 @@ else:
     }
 
 # (A host in the filesystem URL only keeps kombu from warning that it has none.)
+#: `CELERY_BROKER_URL` | `REDIS_URL` or `filesystem://` | override the broker
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost/")
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {
@@ -355,6 +393,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
 )
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT = "infrastructure.broker:Transport"  # atomic message files
+#: `CELERY_TASK_ALWAYS_EAGER` | `false` | run tasks in the calling process instead of a worker
+#:   (tests only: nothing is queued and no sandbox worker holds a session)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -364,6 +404,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Threads, not prefork: sandbox sessions live in the process that opened them,
 # which consumes their queue (prefork would hand their executes to other children).
 CELERY_WORKER_POOL = "threads"
+#: `WORKER_CONCURRENCY` | `8` | threads of a `celery worker` process (`serve --concurrency` for the
+#:   embedded one)
 CELERY_WORKER_CONCURRENCY = env_int("WORKER_CONCURRENCY", 8, minimum=1, maximum=256)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # An enqueue happens after its transaction committed, in the request that approved:
@@ -404,26 +446,39 @@ ACCOUNT_LOGOUT_REDIRECT_URL = "login"
 ACCOUNT_LOGOUT_ON_PASSWORD_CHANGE = False
 # Failed sign-ins (a wrong password or second factor) within five minutes after
 # which the account, or the client address, is refused even the right one.
+#: `SIGNIN_FAILURES_PER_ACCOUNT` / `SIGNIN_FAILURES_PER_ADDRESS` | `10` / `30` | failed sign-ins
+#:   (passwords and second-factor codes) within five minutes after which an account / a client
+#:   address is refused for a while, even the right password
 SIGNIN_FAILURES_PER_ACCOUNT = env_int("SIGNIN_FAILURES_PER_ACCOUNT", 10, minimum=1, maximum=100)
 SIGNIN_FAILURES_PER_ADDRESS = env_int("SIGNIN_FAILURES_PER_ADDRESS", 30, minimum=1, maximum=1000)
 ACCOUNT_RATE_LIMITS = {
     "login_failed": f"{SIGNIN_FAILURES_PER_ADDRESS}/5m/ip,{SIGNIN_FAILURES_PER_ACCOUNT}/5m/key",
 }
 # Password sign-in on or off; off, the named break-glass admins still may.
+#: `PASSWORD_SIGNIN` | `true` | `false`: password sign-in only for the `BREAK_GLASS_USERS` (single
+#:   sign-on for everyone else)
 PASSWORD_SIGNIN = env_bool("PASSWORD_SIGNIN", True)
+#: `BREAK_GLASS_USERS` | — | comma-separated usernames who may sign in with a password when
+#:   `PASSWORD_SIGNIN=false`
 BREAK_GLASS_USERS = env_list("BREAK_GLASS_USERS", [])
 MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
 MFA_PASSKEY_LOGIN_ENABLED = True
 MFA_TOTP_ISSUER = "Airlock"
 USERSESSIONS_TRACK_ACTIVITY = False  # a write per request; the sessions page needs none
+#: `SESSION_IDLE_MINUTES` / `SESSION_MAX_HOURS` | `60` / `12` | a console session ends after this
+#:   long idle / this long in all
 SESSION_IDLE_MINUTES = env_int("SESSION_IDLE_MINUTES", 60, minimum=1)
 SESSION_MAX_HOURS = env_int("SESSION_MAX_HOURS", 12, minimum=1)
 SESSION_COOKIE_AGE = SESSION_MAX_HOURS * 3600
 # A decision on a proposal of at least this risk (11: none), a policy change,
 # a new token and a change of roles need a second factor this recent.
-# How often an open websocket checks that its session or token still signs someone in.
+#: `WEBSOCKET_AUTH_CHECK_SECONDS` | `30` | how often an open live view checks that its session or
+#:   token still signs someone in (closed, and the page back at sign-in, when not)
 WEBSOCKET_AUTH_CHECK_SECONDS = env_int("WEBSOCKET_AUTH_CHECK_SECONDS", 30, minimum=1)
+#: `STEP_UP_MIN_RISK` | `7` | deciding a proposal of this risk or more needs a fresh second factor
+#:   (`11`: never for decisions; policy changes, tokens and roles always do)
 STEP_UP_MIN_RISK = env_int("STEP_UP_MIN_RISK", 7, minimum=0, maximum=11)
+#: `STEP_UP_SECONDS` | `300` | how recent that second factor must be
 STEP_UP_SECONDS = env_int("STEP_UP_SECONDS", 300, minimum=30, maximum=86_400)
 
 
@@ -459,7 +514,19 @@ def oidc_provider(prefix: str, provider_id: str) -> dict:
 
 
 # Single sign-on: OIDC_ISSUER & co. for one provider, or OIDC_PROVIDERS=okta,keycloak
-# with OIDC_OKTA_ISSUER & co. for several (see the README).
+# with OIDC_OKTA_ISSUER & co. for several (see the settings reference).
+#: `OIDC_ISSUER` / `OIDC_CLIENT_ID` / `OIDC_CLIENT_SECRET` | — | single sign-on through one OpenID
+#:   Connect provider (id `sso`); see Sign-in, SSO and MFA
+#: `OIDC_PROVIDERS` | `sso` when `OIDC_ISSUER` is set | comma-separated provider ids, each
+#:   configured by `OIDC_<ID>_ISSUER`, `_CLIENT_ID`, `_CLIENT_SECRET` and the rest below
+#: `OIDC_NAME` / `OIDC_SCOPES` | the id, capitalised (`SSO`, `Okta`) / `openid profile email` | the
+#:   button's name; the scopes asked for (per provider: `OIDC_<ID>_NAME`, …)
+#: `OIDC_GROUPS_CLAIM` | `groups` | the claim(s) whose values are matched against the groups below
+#:   (comma-separated claims are joined)
+#: `OIDC_ADMIN_GROUPS` / `OIDC_REVIEWER_GROUPS` | — | comma-separated groups that make someone an
+#:   admin / a reviewer (in neither: no access)
+#: `OIDC_STEP_UP` / `OIDC_STEP_UP_ACR_VALUES` | `auto` / — | how the provider's people step up
+#:   (`auto`, `provider`, `factor`); `acr_values` sent when they sign in again there
 OIDC_PROVIDER_IDS = env_list("OIDC_PROVIDERS", ["sso"] if env("OIDC_ISSUER") else [])
 SOCIALACCOUNT_PROVIDERS = {
     "oidc": {
@@ -488,6 +555,7 @@ CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"] += [
 ]
 
 LANGUAGE_CODE = "en-us"
+#: `TIME_ZONE` | `UTC` | display time zone
 TIME_ZONE = env("TIME_ZONE", "UTC")
 USE_I18N = False
 USE_TZ = True
@@ -498,20 +566,31 @@ WHITENOISE_AUTOREFRESH = DEBUG
 STATICFILES_DIRS = [BASE_DIR / "static"]
 WHITENOISE_USE_FINDERS = True
 
+#: `EMAIL_BACKEND` | console backend | Django email backend for notifications
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+#: `DEFAULT_FROM_EMAIL` | `airlock@localhost` | sender of notification mail
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "airlock@localhost")
 # The SMTP backend's server (EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend).
+#: `EMAIL_HOST` / `EMAIL_PORT` | `localhost` / `25` | the SMTP server of the SMTP backend
 EMAIL_HOST = env("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+#: `EMAIL_HOST_USER` / `EMAIL_HOST_PASSWORD` / `EMAIL_USE_TLS` | — / — / `false` | its login and
+#:   STARTTLS
 EMAIL_HOST_USER = env("EMAIL_HOST_USER")
 EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+#: `EMAIL_TIMEOUT` | `10` | seconds before a mail attempt fails (and is retried)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 
-# Slack: review requests posted by a bot, decided with its buttons (see the README).
+# Slack: review requests posted by a bot, decided with its buttons (see the reviewers' guide).
+#: `SLACK_BOT_TOKEN` | — | the Slack app's bot token; without it nothing is posted to Slack
 SLACK_BOT_TOKEN = env("SLACK_BOT_TOKEN")
+#: `SLACK_SIGNING_SECRET` | — | the Slack app's signing secret; without it `/slack/…` answers 503
 SLACK_SIGNING_SECRET = env("SLACK_SIGNING_SECRET")
+#: `SLACK_API_URL` | `https://slack.com/api/` | Slack's Web API base (the tests point it at a
+#:   stand-in)
 SLACK_API_URL = env("SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/"
+#: `SLACK_TIMEOUT_SECONDS` | `5` | per Slack API call
 SLACK_TIMEOUT_SECONDS = env_int("SLACK_TIMEOUT_SECONDS", 5, minimum=1, maximum=60)
 
 REST_FRAMEWORK = {
@@ -542,43 +621,72 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Execution.
+#: `SANDBOX_BACKEND` | `auto` | `auto`, `local`, `docker` or `gvisor`; `auto` picks the strongest
+#:   that works
 SANDBOX_BACKEND = env_choice("SANDBOX_BACKEND", "auto", ("auto", "local", "docker", "gvisor"))
+#: `SANDBOX_IMAGE` | `airlock-sandbox:latest` | image for the docker and gvisor backends
 SANDBOX_IMAGE = env("SANDBOX_IMAGE", "airlock-sandbox:latest")
+#: `SANDBOX_DOCKER_MODE` | `keepalive` | `keepalive` (warm containers) or `oneshot`
 SANDBOX_DOCKER_MODE = env_choice("SANDBOX_DOCKER_MODE", "keepalive", ("keepalive", "oneshot"))
+#: `SANDBOX_POOL_MAX_RUNS` | `50` | recycle a warm container after this many runs
 SANDBOX_POOL_MAX_RUNS = env_int("SANDBOX_POOL_MAX_RUNS", 50, minimum=1)
+#: `SANDBOX_POOL_IDLE_MINUTES` | `10` | recycle a warm container idle this long
 SANDBOX_POOL_IDLE_MINUTES = env_int("SANDBOX_POOL_IDLE_MINUTES", 10, minimum=1)
+#: `SANDBOX_SESSION_IDLE_MINUTES` | `30` | reap persistent sandbox sessions idle this long
 SANDBOX_SESSION_IDLE_MINUTES = env_int("SANDBOX_SESSION_IDLE_MINUTES", 30, minimum=1)
-# A session whose worker process has not been seen this long is closed (the worker died).
+#: `SESSION_WORKER_TIMEOUT_SECONDS` | `120` | a sandbox session whose worker process was not seen
+#:   this long is closed
 SESSION_WORKER_TIMEOUT_SECONDS = env_int("SESSION_WORKER_TIMEOUT_SECONDS", 120, minimum=10)
+#: `OUTPUT_CAP_BYTES` | `1048576` | output kept per execution; the rest is cut and flagged
 OUTPUT_CAP_BYTES = env_int("OUTPUT_CAP_BYTES", 1024 * 1024, minimum=1024)
+#: `SCRIPT_MEMORY_MB` | `256` | default memory limit of a script
 SCRIPT_MEMORY_MB = env_int("SCRIPT_MEMORY_MB", 256, minimum=16)
+#: `WORKER_HEARTBEAT_SECONDS` | `5` | how often a running execution proves its worker alive
 WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 5, minimum=1)
+#: `WORKER_LOST_AFTER_SECONDS` | `30` | silence after which a running execution is `lost`
 WORKER_LOST_AFTER_SECONDS = env_int("WORKER_LOST_AFTER_SECONDS", 30, minimum=2)
+#: `SWEEP_INTERVAL_SECONDS` | `15` | how often the sweeper runs
 SWEEP_INTERVAL_SECONDS = env_int("SWEEP_INTERVAL_SECONDS", 15, minimum=1)
+#: `REQUEUE_AFTER_SECONDS` | `30` | re-dispatch an execution still queued after this long
 REQUEUE_AFTER_SECONDS = env_int("REQUEUE_AFTER_SECONDS", 30, minimum=1)
-# Bytes of stdout and of stderr a ?until=finished answer carries inline (the rest: …/output).
+#: `RESULT_INLINE_BYTES` | `65536` | bytes of stdout and of stderr an answer to `?until=finished`
+#:   carries inline in its `result` (the rest: `output_url`)
 RESULT_INLINE_BYTES = env_int("RESULT_INLINE_BYTES", 64 * 1024, minimum=0)
-# How long an agent has, after its tool call is approved, to report how it went.
+#: `TOOL_REPORT_SECONDS` | `3600` | how long an agent has, once its `tool.call` is approved, to
+#:   report how it went; after it the execution is `lost`
 TOOL_REPORT_SECONDS = env_int("TOOL_REPORT_SECONDS", 3600, minimum=10)
+#: `LONG_POLL_MAX_SECONDS` | `60` | the longest `?wait=` a client may ask for
 LONG_POLL_MAX_SECONDS = env_int("LONG_POLL_MAX_SECONDS", 60, minimum=1)
-# How long an MCP tool call waits for its decision and its run when the agent does not say.
+#: `MCP_WAIT_SECONDS` | `50` | how long an MCP tool call waits for its decision and run when the
+#:   agent passes no `wait_seconds` (it may pass up to 3600)
 MCP_WAIT_SECONDS = env_int("MCP_WAIT_SECONDS", 50, minimum=0, maximum=3600)
+#: `HOST_ACTIONS_SYSTEMCTL` | `systemctl` | the systemctl executable host service actions call
 HOST_ACTIONS_SYSTEMCTL = env("HOST_ACTIONS_SYSTEMCTL", "systemctl")
 # The host a host action acts on when it names none: the console's own (embedded,
 # where web and worker share it). Set empty where there are several: then it must name one.
+#: `HOST_ACTIONS_DEFAULT_HOST` | `WORKER_HOSTNAME` | the host a host action runs on when it names
+#:   none
 HOST_ACTIONS_DEFAULT_HOST = env("HOST_ACTIONS_DEFAULT_HOST", WORKER_HOSTNAME)
 
 # Policy helpers: an optional LLM pre-validator (OpenAI-compatible chat completions).
+#: `PREVALIDATOR_URL` | — | OpenAI-compatible base URL; with `PREVALIDATOR_MODEL`, enables the
+#:   pre-validator policy step
 PREVALIDATOR_URL = env("PREVALIDATOR_URL")
+#: `PREVALIDATOR_MODEL` | — | model name sent to the pre-validator
 PREVALIDATOR_MODEL = env("PREVALIDATOR_MODEL")
+#: `PREVALIDATOR_API_KEY` | — | bearer key for the pre-validator
 PREVALIDATOR_API_KEY = env("PREVALIDATOR_API_KEY")
+#: `PREVALIDATOR_TIMEOUT_SECONDS` | `5` | past this the proposal goes to a person
 PREVALIDATOR_TIMEOUT_SECONDS = env_int("PREVALIDATOR_TIMEOUT_SECONDS", 5, minimum=1, maximum=120)
+#: `PREVALIDATOR_CLASS` | the OpenAI-compatible one | dotted path of another `PreValidator`
 PREVALIDATOR_CLASS = env(
     "PREVALIDATOR_CLASS", "approvals.policy.prevalidators.OpenAIChatPreValidator"
 )
+#: `RISK_SCORERS` | the built-in scorers | comma-separated dotted paths of `RiskScorer` classes
 if env("RISK_SCORERS"):
     RISK_SCORERS = [path.strip() for path in env("RISK_SCORERS").split(",") if path.strip()]
 
+#: `LOG_LEVEL` | `INFO` | root log level
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -595,3 +703,11 @@ LOGGING = {
         "celery.app.trace": {"level": "WARNING"},
     },
 }
+
+#: `AIRLOCK_TLS_CERT` / `AIRLOCK_TLS_KEY` | — | a certificate and key (PEM) for `serve` to answer
+#:   HTTPS itself (`serve --certfile --keyfile`)
+#: `PORT` / `AIRLOCK_HOST` | `8000` / `127.0.0.1` | where `serve` listens
+#: `AIRLOCK_WEB_PROCESSES` | the number of cores | web processes `serve` starts
+#: `ASGI_THREADS` | `32` | request threads per web process (a waiting long-poll holds none)
+#: `DOCKER_HOST` | the engine's default socket | the Docker engine the docker actions and the
+#:   docker and gvisor backends use (the docker SDK's variable)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Screenshots of the console for the README: the queue, a proposal, a live execution,
+"""Screenshots of the console for the documentation: the queue, a proposal, a live execution,
 the overview, the policy editor's preview, the sign-in page with single sign-on and
 the step-up prompt.
 

@@ -111,9 +111,15 @@ def test_no_module_is_longer_than_a_reader_keeps_in_mind():
     long = {
         str(path.relative_to(ROOT)): length
         for path in python_files()
-        if (length := len(path.read_text().splitlines())) > MAX_LINES
+        if (length := len(code_lines(path))) > MAX_LINES
     }
     assert long == {}, f"split these by what their parts do (over {MAX_LINES} lines)"
+
+
+def code_lines(path: Path) -> list[str]:
+    """A module's lines but the settings reference's ``#:`` rows (documentation the site is
+    made of, kept where each variable is read: see ``console/settings.py``)."""
+    return [line for line in path.read_text().splitlines() if not line.startswith("#:")]
 
 
 def test_every_package_says_what_it_owns():

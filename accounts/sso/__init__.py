@@ -9,5 +9,5 @@ a page that says why. For step-up, someone with no factor of their own here
 signs in again at the provider (``prompt=login``, ``max_age=0``, the
 configured ``acr_values``), and the ID token's ``auth_time`` must be fresh
 (``stepup``). Providers are configured from the environment (``OIDC_*``,
-see the README); ``provider`` registers them with allauth.
+see the admins' guide); ``provider`` registers them with allauth.
 """

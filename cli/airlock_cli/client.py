@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import httpx
 
-# Exit codes, as documented by ``airlock --help`` and the README.
+# Exit codes, as documented by ``airlock --help`` and the reviewers' guide.
 OK = 0
 FAILED = 1  # the API refused the input (a 400), or a run failed without an exit code
 USAGE = 2  # a command used wrong (Click's own)

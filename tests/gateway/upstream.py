@@ -3,7 +3,7 @@
 ``python -m tests.gateway.upstream stdio`` speaks on stdin and stdout;
 ``python -m tests.gateway.upstream http PORT`` serves streamable HTTP on
 ``/mcp``. Every call it receives is appended, as a JSON line, to the file
-named by ``UPSTREAM_CALLS`` (so a test can show a call never reached it),
+named by ``UPSTREAM_CALLS`` (when it is set) (so a test can show a call never reached it),
 with the process id (so a test can see a restarted process); ``whoami``
 answers the ``Authorization`` header a call came with over HTTP.
 """
@@ -23,6 +23,8 @@ server = MCPServer("upstream-under-test")
 
 
 def _called(tool: str, **arguments) -> None:
+    if "UPSTREAM_CALLS" not in os.environ:
+        return
     line = {"tool": tool, "arguments": arguments, "pid": os.getpid()}
     with open(os.environ["UPSTREAM_CALLS"], "a") as calls:
         calls.write(json.dumps(line) + "\n")

@@ -1,4 +1,4 @@
-"""The README's agent calls, unchanged, against the compose deployment through its proxy."""
+"""The documentation's agent calls, unchanged, against the compose deployment through its proxy."""
 
 from __future__ import annotations
 
