@@ -123,14 +123,17 @@ def _payload(action: str, parameters: dict, envelope: dict) -> dict:
     return payload
 
 
-@on_thread
-def _submit(agent, payload: dict) -> services.Submission:
+def submitted(agent, payload: dict) -> services.Submission:
+    """Submit ``payload``, every refusal a ``ToolError`` (reads the database: on a thread)."""
     try:
         return services.submit(agent, payload)
     except serializers.ValidationError as exc:
         raise ToolError(f"invalid arguments: {error_text(exc.detail)}") from None
     except services.ProposalError as exc:
         raise ToolError(exc.message) from None
+
+
+_submit = on_thread(submitted)
 
 
 @on_thread

@@ -27,6 +27,7 @@ from typing import Any
 import jsonschema
 import mcp_types as types
 
+from approvals.agents.api import proposal_data
 from approvals.agents.mcp import calls, results
 from approvals.agents.mcp.auth import Principal
 from approvals.agents.mcp.context import Call
@@ -152,19 +153,16 @@ async def _call(call: Call, name: str, arguments: dict) -> types.CallToolResult:
     passed = {k: v for k, v in arguments.items() if k not in envelope_names}
     _check(upstream_tool.input_schema, passed)
     parameters = {"tool": policy_name(server, tool), "arguments": passed}
-    submission = await calls._submit(agent, calls._payload("tool.call", parameters, envelope))
+    payload = calls._payload("tool.call", parameters, envelope)
     wait = envelope["wait_seconds"]
     deadline = asyncio.get_running_loop().time() + wait
-    proposal = await calls._proposal(call.principal, submission.proposal.pk)
-    if proposal["parameters"] != parameters:  # a key used before, for another call
-        raise calls.ToolError(
-            f"idempotency key {envelope['idempotency_key']!r} was already used for proposal "
-            f"{proposal['id']}, a call of {proposal['summary']}; use a new key for a new call"
-        )
-    proposal = await calls._await_decision(call, proposal, deadline)
+    proposal, execution = await _propose(call.principal, payload, server)
+    if proposal["status"] == ProposalStatus.PENDING:
+        proposal = await calls._await_decision(call, proposal, deadline)
+        if proposal["status"] == ProposalStatus.APPROVED:
+            execution = await _take(proposal["execution_id"], server)
     if proposal["status"] != ProposalStatus.APPROVED:
         return _airlock_answer(results.outcome(proposal, None, waited=wait), proposal)
-    execution = await _take(proposal["execution_id"], server)
     if execution is None:
         return await _answered_before(proposal)
     await call.progress.say(results.approved_line(proposal, f"calls {server}.{tool} upstream"))
@@ -200,6 +198,22 @@ def _airlock_answer(answer: types.CallToolResult, proposal: dict) -> types.CallT
         text = text.split(" Call get_proposal")[0] + " " + AGAIN
     meta = {"airlock": {"proposal_id": proposal["id"], "status": proposal["status"]}}
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True, _meta=meta)
+
+
+@on_thread
+def _propose(principal: Principal, payload: dict, server: str) -> tuple[dict, Execution | None]:
+    """Submit the call; the proposal as it stands and, when policy approved it at once, its
+    execution taken for the gateway. One trip to the database's thread, for the hot path."""
+    submission = calls.submitted(principal.agent, payload)
+    proposal = dict(proposal_data(principal.user, submission.proposal.pk))
+    if proposal["parameters"] != payload["parameters"]:  # a key used before, for another call
+        raise calls.ToolError(
+            f"idempotency key {payload.get('idempotency_key')!r} was already used for proposal "
+            f"{proposal['id']}, a call of {proposal['summary']}; use a new key for a new call"
+        )
+    if proposal["status"] != ProposalStatus.APPROVED:
+        return proposal, None
+    return proposal, executions.carry_out(proposal["execution_id"], CARRIER, upstream=server)
 
 
 @on_thread
