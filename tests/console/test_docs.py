@@ -89,6 +89,7 @@ def test_the_pages_with_examples_are_the_ones_expected():
         "getting-started.md",
         "guides/admins.md",
         "guides/agents.md",
+        "guides/reviewers.md",
     }
 
 
