@@ -185,16 +185,9 @@ def report(
             f"execution {execution_id} carries out another agent's proposal; only it reports",
         )
     if execution.report_by is None:
-        raise ReportRefused(
-            409, "conflict", f"execution {execution_id} is carried out by Airlock, not reported"
-        )
+        raise _conflict(f"execution {execution_id} is carried out by Airlock, not reported")
     if execution.backend != carrier and execution.status == ExecutionStatus.RUNNING:
-        raise ReportRefused(
-            409,
-            "conflict",
-            f"execution {execution_id} is being carried out by the {execution.backend}, "
-            "which reports it",
-        )
+        raise _carried_by_another(execution)
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
     data = text.encode()
     truncated = len(data) > settings.OUTPUT_CAP_BYTES
@@ -208,6 +201,7 @@ def report(
             execution_id,
             ExecutionStatus.RUNNING,
             status,
+            where={"backend": carrier},  # the gateway may have taken it since it was read
             exit_code=0 if succeeded else 1,
             finished_at=now,
             truncated=truncated,
@@ -217,25 +211,19 @@ def report(
         )
         if ended is None:
             execution.refresh_from_db()
+            if execution.status == ExecutionStatus.RUNNING:
+                raise _carried_by_another(execution)
             if execution.status == ExecutionStatus.LOST:
-                raise ReportRefused(
-                    409,
-                    "conflict",
+                raise _conflict(
                     f"execution {execution_id} is lost: the report was due by "
-                    f"{execution.report_by.isoformat()}",
+                    f"{execution.report_by.isoformat()}"
                 )
             if execution.status == ExecutionStatus.CANCELLED:
-                raise ReportRefused(
-                    409,
-                    "conflict",
+                raise _conflict(
                     f"execution {execution_id} was cancelled by {execution.cancel_requested_by} "
-                    "before it was reported",
+                    "before it was reported"
                 )
-            raise ReportRefused(
-                409,
-                "conflict",
-                f"execution {execution_id} was already reported ({execution.status})",
-            )
+            raise _conflict(f"execution {execution_id} was already reported ({execution.status})")
         if text:
             OutputChunk.objects.create(execution=ended, seq=1, stream="stdout", data=text)
         duration = int((now - ended.started_at).total_seconds() * 1000) if ended.started_at else 0
@@ -250,6 +238,17 @@ def report(
         )
         _announce(ended)
     return ended
+
+
+def _conflict(message: str) -> ReportRefused:
+    return ReportRefused(409, "conflict", message)
+
+
+def _carried_by_another(execution: Execution) -> ReportRefused:
+    return _conflict(
+        f"execution {execution.pk} is being carried out by the {execution.backend}, "
+        "which reports it",
+    )
 
 
 def limits_for(action: str, parameters: dict) -> Limits:
@@ -283,12 +282,17 @@ def enqueue(execution_id: int, queue: str) -> bool:
 
 
 def _take(
-    execution_id: int, source: ExecutionStatus, to: ExecutionStatus, **fields
+    execution_id: int,
+    source: ExecutionStatus,
+    to: ExecutionStatus,
+    where: dict | None = None,
+    **fields,
 ) -> Execution | None:
     """One guarded update: the execution as this caller moved it from ``source`` to ``to``
-    (read by the same statement), or None if it was not in ``source`` any more."""
+    (read by the same statement), or None if it was not in ``source`` (or ``where``) any more."""
     assert to in TRANSITIONS[source], f"{source} -> {to} is not a transition"
-    moved = _update_execution.returning({"pk": execution_id, "status": source}, status=to, **fields)
+    guard = {"pk": execution_id, "status": source, **(where or {})}
+    moved = _update_execution.returning(guard, status=to, **fields)
     return moved[0] if moved else None
 
 

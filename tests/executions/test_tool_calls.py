@@ -215,3 +215,33 @@ def test_a_reviewer_withdraws_an_approval_before_the_agent_reports(agent_api, re
     says = error(agent_api.post(f"/api/v1/executions/{execution_id}/report",
                                 {"status": "succeeded"}, format="json"), 409)  # fmt: skip
     assert "was cancelled by user:rita before it was reported" in says
+
+
+def test_an_execution_the_gateway_took_is_taken_once_and_reported_by_it_alone(agent_api):
+    use_policy(allow=[{"kind": "tool", "pattern": "github.*", "note": "ci bot"}])
+    execution_id = propose(agent_api)["execution_id"]
+    taken = services.carry_out(execution_id, "gateway", upstream="github")
+    assert taken is not None and taken.backend == "gateway"
+    assert services.carry_out(execution_id, "gateway", upstream="github") is None  # once
+    message = error(
+        agent_api.post(
+            f"/api/v1/executions/{execution_id}/report",
+            {"status": "succeeded", "output": "merged"},
+            format="json",
+        ),
+        409,
+    )
+    assert (
+        message == f"execution {execution_id} is being carried out by the gateway, which reports it"
+    )
+    done = services.report(
+        execution_id, taken.requested_by, False, {"error": "down"}, carrier="gateway",
+        error="upstream github answered with an error",
+    )  # fmt: skip
+    assert (done.status, done.error) == ("failed", "upstream github answered with an error")
+    verbs = list(
+        AuditEvent.objects.filter(object_type="execution", object_id=str(execution_id))
+        .order_by("seq")
+        .values_list("actor", "verb")
+    )
+    assert verbs[-2:] == [("gateway", "execution.started"), ("gateway", "execution.failed")]
