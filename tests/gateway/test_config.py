@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
@@ -10,6 +12,7 @@ from approvals.gateway import config
 from approvals.gateway.models import Upstream
 from audit.models import AuditEvent
 from tests.console.conftest import logged_in
+from tests.serving import ROOT
 
 FILE = """
 upstreams:
@@ -191,3 +194,21 @@ def test_the_reviewers_page_says_who_makes_the_call_once_approved(reviewer, agen
     assert "MCP gateway calls upstream server <code>crm</code>" in pages["crm.find_customer"]
     assert "the agent makes this call itself" in pages["github.merge"]
     assert "a@example.com" in pages["crm.find_customer"]
+
+
+@pytest.mark.django_db
+def test_the_console_checks_an_upstream_by_listing_its_tools(admin_user):
+    Upstream.objects.create(
+        name="up",
+        transport="stdio",
+        command=[sys.executable, "-m", "tests.gateway.upstream", "stdio"],
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    Upstream.objects.create(name="gone", transport="stdio", command=["/nonexistent/server"])
+    client = logged_in(admin_user)
+    checked = client.post(reverse("console:upstream-action", args=["up", "check"]), follow=True)
+    assert "Upstream up answered with 8 tool(s): up__echo, up__add" in checked.content.decode()
+    failed = client.post(reverse("console:upstream-action", args=["gone", "check"]), follow=True)
+    assert "upstream gone is unreachable: its command was not found" in failed.content.decode()
+    unknown = client.post(reverse("console:upstream-action", args=["up", "explode"]))
+    assert unknown.status_code == 404
