@@ -7,8 +7,10 @@ them; ``postgres``: pooled connections checked cheaply), queries compiled once
 embedded deployment's wake-ups (``doorbell``), Celery broker (``broker``) and
 channel layer (``channel_layers``, with its one table), the one function that
 puts a task on the broker (``enqueue``), Django's HTTP side under ASGI
-(``handler``), per-process objects (``per_process``) and the REST plumbing
-every API shares (``rest``: the error contract, negotiation, serializers).
+(``handler``), per-process objects (``per_process``), the REST plumbing
+every API shares (``rest``: the error contract, negotiation, serializers) and
+the embedded deployment's backups (``backups``: SQLite's online copy, checked
+restores; ``manage.py backup`` and ``restore``).
 
 Knows nothing of proposals, executions or people: it may import Django and
 third-party libraries only, never another Airlock package. (The hosts and

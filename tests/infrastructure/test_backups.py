@@ -1,0 +1,110 @@
+"""Backups of the embedded deployment: taken while it runs and writes, restored, verified."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.serving import FOREIGN_ENV, ROOT, manage, start_server
+
+
+def run(data_dir, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A management command that may fail: its exit code and output."""
+    environment = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    environment.update(env or {}, AIRLOCK_DATA_DIR=str(data_dir))
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=environment, capture_output=True,
+        text=True,
+    )  # fmt: skip
+
+
+def count(data_dir, model: str) -> int:
+    app, name = model.rsplit(".", 1)
+    return int(
+        manage(
+            data_dir, "shell", "-c", f"from {app} import {name}; print({name}.objects.count())"
+        ).split()[-1]
+    )
+
+
+def test_a_backup_taken_while_agents_write_restores_whole_and_verifies(tmp_path):
+    data = tmp_path / "data"
+    server = start_server(data)
+    stop, made = threading.Event(), []
+
+    def keep_proposing():
+        while not stop.is_set():
+            body = {"action": "script.execute", "parameters": {"language": "python", "code": "1"}}
+            made.append(server.api("POST", "/api/v1/proposals", body)[0])
+
+    writer = threading.Thread(target=keep_proposing)
+    writer.start()
+    try:
+        while len(made) < 10:
+            stop.wait(0.05)
+        backed = manage(data, "backup", str(tmp_path / "backup"), "--verify")
+        stop.set()
+        writer.join()
+    finally:
+        stop.set()
+        server.stop()
+    assert "verified: restored into a scratch data directory; audit chain intact" in backed
+    assert set(made) == {201}
+    manifest = json.loads((tmp_path / "backup" / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"airlock.sqlite3", "secret_key"}
+    assert oct((tmp_path / "backup").stat().st_mode & 0o777) == "0o700"
+    assert oct((tmp_path / "backup" / "secret_key").stat().st_mode & 0o777) == "0o600"
+
+    restored = tmp_path / "restored"
+    said = manage(restored, "restore", str(tmp_path / "backup"))
+    assert f"audit chain up to #{manifest['audit_last_seq']}" in said
+    assert "audit chain intact" in manage(restored, "verify_audit")
+    taken = count(restored, "approvals.models.Proposal")
+    assert 10 <= taken <= len(made)  # those committed when it was taken, each whole
+    assert count(restored, "audit.models.AuditEvent") == manifest["audit_last_seq"]
+
+    again = run(restored, "restore", str(tmp_path / "backup"))
+    assert again.returncode != 0 and "already holds data" in again.stderr
+    assert "restored" in manage(restored, "restore", str(tmp_path / "backup"), "--replace")
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda b: (b / "airlock.sqlite3").write_bytes(b"x"), "airlock.sqlite3 does not match"),
+        (lambda b: (b / "secret_key").unlink(), "secret_key is missing"),
+        (lambda b: (b / "manifest.json").write_text("{"), "is not a backup"),
+    ],
+    ids=["changed", "missing", "no-manifest"],
+)
+def test_a_damaged_backup_is_refused_and_nothing_is_written(tmp_path, damage, said):
+    data = tmp_path / "data"
+    manage(data, "migrate", "--verbosity", "0")
+    manage(data, "backup", str(tmp_path / "backup"))
+    damage(tmp_path / "backup")
+    target = tmp_path / "target"
+    refused = run(target, "restore", str(tmp_path / "backup"))
+    assert refused.returncode != 0 and said in refused.stderr
+    assert not (target / "airlock.sqlite3").exists()
+
+
+def test_a_backup_goes_only_into_a_new_or_empty_directory_and_not_on_postgresql(tmp_path):
+    data = tmp_path / "data"
+    manage(data, "migrate", "--verbosity", "0")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "something").write_text("x")
+    refused = run(data, "backup", str(tmp_path / "full"))
+    assert refused.returncode != 0 and "is not an empty directory" in refused.stderr
+    on_postgres = run(
+        data,
+        "backup",
+        str(tmp_path / "pg"),
+        env={"DATABASE_URL": "postgres://x@127.0.0.1/x", "SECRET_KEY": "k" * 50},
+    )
+    assert on_postgres.returncode != 0 and "back it up with pg_dump" in on_postgres.stderr
+    assert not (tmp_path / "pg").exists()
