@@ -208,7 +208,7 @@ def remove(name: str, actor: str) -> Change:
 
 
 def parse(text: str) -> dict[str, dict]:
-    """A file's upstreams by name, each cleaned; ``ConfigError`` naming every problem."""
+    """A file's upstreams by name, once each is valid; ``ConfigError`` naming every problem."""
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -220,10 +220,10 @@ def parse(text: str) -> dict[str, dict]:
     listed = document["upstreams"] or {}
     if not isinstance(listed, dict):
         raise ConfigError(["upstreams: a mapping of names to upstreams"])
-    rows, problems = {}, []
+    problems = []
     for name, data in listed.items():
         try:
-            rows[name] = clean(name, data)
+            clean(name, data)
         except ConfigError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -235,16 +235,13 @@ def parse(text: str) -> dict[str, dict]:
 def apply(text: str, actor: str) -> list[Change]:
     """Make the upstreams exactly those of the file ``text``; every change audited."""
     listed = parse(text)
-    changes = [remove(name, actor) for name in _names() if name not in listed]
+    existing = set(Upstream.objects.values_list("name", flat=True))
+    changes = [remove(name, actor) for name in existing if name not in listed]
     for name, data in listed.items():
-        change = save(name, data, actor, create=name not in _names())
+        change = save(name, data, actor, create=name not in existing)
         if change is not None:
             changes.append(change)
     return changes
-
-
-def _names() -> set[str]:
-    return set(Upstream.objects.values_list("name", flat=True))
 
 
 def export() -> str:

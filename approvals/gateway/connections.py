@@ -289,6 +289,23 @@ def pool() -> Pool:
     return _pools[loop]
 
 
+def check(target: Target) -> list[str]:
+    """The tools ``target`` lists, as ``<server>__<tool>``, from a connection opened for this
+    and closed (for a command or a console page, outside any event loop); ``UpstreamDown``."""
+
+    async def listed() -> list[str]:
+        connection = Connection(target)
+        try:
+            return [
+                f"{target.name}{SEPARATOR}{tool.name}" for tool in await connection.list_tools()
+            ]
+        finally:
+            connection.close()
+            await asyncio.sleep(0.2)  # let it close its process
+
+    return asyncio.run(listed())
+
+
 def split(name: str) -> tuple[str, str] | None:
     """``github__merge_pull_request`` → ``("github", "merge_pull_request")``."""
     server, separator, tool = name.partition(SEPARATOR)

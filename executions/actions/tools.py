@@ -10,6 +10,7 @@ capability may name tools too (``tool.call:github.*``).
 from __future__ import annotations
 
 import json
+import re
 
 from rest_framework import serializers
 
@@ -22,6 +23,13 @@ ACTIONS: list[ActionSpec] = []  # this module's part of the catalog, in order
 
 MAX_ARGUMENTS_BYTES = 64 * 1024
 TOOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
+TOOL_NAME_MAX = 200
+_tool_name = re.compile(TOOL_NAME)
+
+
+def is_tool_name(name: str) -> bool:
+    """Whether ``name`` is one a ``tool.call`` takes (what the parameters' check accepts)."""
+    return len(name) <= TOOL_NAME_MAX and _tool_name.match(name) is not None
 
 
 class ToolName(serializers.RegexField):
@@ -36,7 +44,7 @@ class ToolName(serializers.RegexField):
 class ToolCallParameters(Serializer):
     tool = ToolName(
         TOOL_NAME,
-        max_length=200,
+        max_length=TOOL_NAME_MAX,
         help_text="The tool's name, e.g. `github.merge_pull_request` (letters, digits, `_.:/-`).",
         error_messages={
             "invalid": "must be a tool name: letters, digits and _ . : / -",

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from typing import Any
 
 import jsonschema
@@ -38,14 +37,14 @@ from approvals.choices import ProposalStatus
 from approvals.gateway import connections
 from approvals.gateway.connections import UpstreamDown, split
 from executions import services as executions
-from executions.actions.tools import TOOL_NAME
-from executions.models import Execution, OutputChunk
+from executions.actions.tools import is_tool_name
+from executions.choices import ExecutionStatus
+from executions.models import Execution
 
 log = logging.getLogger(__name__)
 
 CARRIER = "gateway"  # the execution's backend once the gateway carries it out
 ENVELOPE = ("reason", "urgency", "idempotency_key", "wait_seconds")
-_tool_name = re.compile(TOOL_NAME)
 AGAIN = (
     "Call this tool again with the same arguments and idempotency_key to wait again: the "
     "upstream is called once the call is approved, and only once. (Without an "
@@ -82,7 +81,7 @@ async def listed_for(principal: Principal) -> list[types.Tool]:
             continue
         for tool in tools:
             name = policy_name(target.name, tool.name)
-            if _tool_name.match(name) and len(name) <= 200 and _grants(principal, name):
+            if is_tool_name(name) and _grants(principal, name):
                 listed.append(_as_listed(target.name, tool))
     return listed
 
@@ -161,8 +160,10 @@ async def _call(call: Call, name: str, arguments: dict) -> types.CallToolResult:
         proposal = await calls._await_decision(call, proposal, deadline)
         if proposal["status"] == ProposalStatus.APPROVED:
             execution = await _take(proposal["execution_id"], server)
+    if proposal["status"] == ProposalStatus.PENDING:
+        return _airlock_answer(results.still_waiting_text(proposal, None, wait, AGAIN), proposal)
     if proposal["status"] != ProposalStatus.APPROVED:
-        return _airlock_answer(results.outcome(proposal, None, waited=wait), proposal)
+        return _airlock_answer(results.refusal_text(proposal), proposal)
     if execution is None:
         return await _answered_before(proposal)
     await call.progress.say(results.approved_line(proposal, f"calls {server}.{tool} upstream"))
@@ -191,13 +192,17 @@ def _check(schema: dict, arguments: dict) -> None:
         raise calls.ToolError(f"invalid arguments: {said}")
 
 
-def _airlock_answer(answer: types.CallToolResult, proposal: dict) -> types.CallToolResult:
+def _airlock_answer(text: str, proposal: dict) -> types.CallToolResult:
     """Airlock's answer on an upstream's tool: an error (the tool did not run), ids in ``_meta``."""
-    text = "\n".join(block.text for block in answer.content if block.type == "text")
-    if proposal["status"] == ProposalStatus.PENDING:
-        text = text.split(" Call get_proposal")[0] + " " + AGAIN
     meta = {"airlock": {"proposal_id": proposal["id"], "status": proposal["status"]}}
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True, _meta=meta)
+
+
+def _taken(execution_id: int, server: str) -> Execution | None:
+    return executions.carry_out(execution_id, CARRIER, upstream=server)
+
+
+_take = on_thread(_taken)
 
 
 @on_thread
@@ -213,12 +218,7 @@ def _propose(principal: Principal, payload: dict, server: str) -> tuple[dict, Ex
         )
     if proposal["status"] != ProposalStatus.APPROVED:
         return proposal, None
-    return proposal, executions.carry_out(proposal["execution_id"], CARRIER, upstream=server)
-
-
-@on_thread
-def _take(execution_id: int, server: str) -> Execution | None:
-    return executions.carry_out(execution_id, CARRIER, upstream=server)
+    return proposal, _taken(proposal["execution_id"], server)
 
 
 @on_thread
@@ -236,24 +236,16 @@ async def _answered_before(proposal: dict) -> types.CallToolResult:
     execution = await on_thread(Execution.objects.get)(pk=proposal["execution_id"])
     if execution.backend != CARRIER or not execution.is_terminal:
         state = "being called upstream" if execution.backend == CARRIER else execution.status
-        answer = results.tool_error(
+        text = (
             f"proposal {proposal['id']} was approved and its execution {execution.pk} is "
             f"{state}; get_execution {execution.pk} reads its outcome"
         )
-        return _airlock_answer(answer, proposal)
-    kept = await on_thread(_output)(execution.pk)
+        return _airlock_answer(text, proposal)
+    kept = await on_thread(execution.output_text)("stdout")  # what the report kept
     try:
         return types.CallToolResult.model_validate(json.loads(kept))
     except ValueError:
         return types.CallToolResult(
             content=[types.TextContent(text=kept)],
-            is_error=execution.status != "succeeded",
+            is_error=execution.status != ExecutionStatus.SUCCEEDED,
         )
-
-
-def _output(execution_id: int) -> str:
-    return "".join(
-        OutputChunk.objects.filter(execution_id=execution_id)
-        .order_by("seq")
-        .values_list("data", flat=True)
-    )

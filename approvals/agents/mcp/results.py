@@ -110,16 +110,22 @@ def refusal_text(proposal: dict) -> str:
     return f"{head} was rejected by {rejection['reviewer']}: {comment}"
 
 
-def still_waiting_text(proposal: dict, execution: dict | None, waited: float | None) -> str:
+def still_waiting_text(
+    proposal: dict, execution: dict | None, waited: float | None, then: str = ""
+) -> str:
+    """What a call says of a proposal on its way; ``then``: how to wait again (by default,
+    ``get_proposal``)."""
     if proposal["status"] == ProposalStatus.PENDING:
         where = review_state(proposal)
     else:
         state = execution["status"] if execution else proposal["execution_status"]
         where = f"approved; execution {proposal['execution_id']} is {state}"
     after = f" after {waited:g} s" if waited is not None else ""
-    return (
-        f"Proposal {proposal['id']} ({proposal['summary']}) is not finished{after}: {where}. "
+    then = then or (
         f"Call get_proposal with proposal_id {proposal['id']} to wait again or read the result."
+    )
+    return (
+        f"Proposal {proposal['id']} ({proposal['summary']}) is not finished{after}: {where}. {then}"
     )
 
 

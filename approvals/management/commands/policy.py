@@ -43,7 +43,7 @@ class Command(BaseCommand):
             raise CommandError(f"there is no policy version {version}") from None
 
     def _apply(self, file: str, comment: str = "", **_) -> None:
-        text = self._read(file)
+        text = read_file(file)
         try:
             version = policy_text.apply_text(text, comment=comment, actor=_cli_actor())
         except policy_text.PolicyTextError as exc:
@@ -54,13 +54,10 @@ class Command(BaseCommand):
         if last < 1:
             raise CommandError("--last must be at least 1")
         try:
-            draft = policy_text.parse(self._read(file))
+            draft = policy_text.parse(read_file(file))
         except policy_text.PolicyTextError as exc:
             raise CommandError(_problems(file, exc)) from None
         self.stdout.write(report(simulation.simulate(draft, last)))
-
-    def _read(self, file: str) -> str:
-        return read_file(file)
 
 
 def read_file(file: str) -> str:

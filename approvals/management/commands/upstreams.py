@@ -11,8 +11,6 @@ fault is named. See ``approvals.gateway.config`` for the file's shape.
 
 from __future__ import annotations
 
-import asyncio
-
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.gateway import config, connections
@@ -59,23 +57,14 @@ class Command(BaseCommand):
         found = [t for t in connections.targets() if name in (None, t.name)]
         if name is not None and not found:
             raise CommandError(f"no enabled upstream named {name!r}")
-        failed = asyncio.run(self._list_tools(found))
-        if failed:
-            raise CommandError(f"{failed} upstream(s) could not list their tools")
-
-    async def _list_tools(self, found: list[connections.Target]) -> int:
         failed = 0
-        pool = connections.pool()
         for target in found:
-            connection = pool.connection(target)
             try:
-                tools = await connection.list_tools()
+                tools = connections.check(target)
             except connections.UpstreamDown as exc:
                 failed += 1
                 self.stdout.write(f"{target.name}: {exc.message}")
-                continue
-            names = ", ".join(f"{target.name}__{tool.name}" for tool in tools)
-            self.stdout.write(f"{target.name}: {len(tools)} tool(s): {names}")
-        pool.keep_only(set())
-        await asyncio.sleep(0.2)  # let the connections close their processes
-        return failed
+            else:
+                self.stdout.write(f"{target.name}: {len(tools)} tool(s): {', '.join(tools)}")
+        if failed:
+            raise CommandError(f"{failed} upstream(s) could not list their tools")

@@ -11,7 +11,6 @@ applied with ``manage.py upstreams apply`` does.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 
 from django import forms
@@ -161,23 +160,14 @@ def upstream_action(request: HttpRequest, name: str, operation: str) -> HttpResp
         messages.success(request, f"Upstream {name} removed; its tools are gone from /mcp.")
     elif operation == "check":
         try:
-            tools = asyncio.run(_list_tools(connections.target_of(upstream)))
+            tools = connections.check(connections.target_of(upstream))
         except connections.UpstreamDown as exc:
             messages.error(request, exc.message)
         else:
-            names = ", ".join(f"{name}__{tool}" for tool in tools) or "none"
+            names = ", ".join(tools) or "none"
             messages.success(
                 request, f"Upstream {name} answered with {len(tools)} tool(s): {names}."
             )
     else:
         return HttpResponse(status=404)
     return redirect(reverse("console:upstreams") + f"#upstream-{name}")
-
-
-async def _list_tools(target: connections.Target) -> list[str]:
-    connection = connections.Connection(target)
-    try:
-        return [tool.name for tool in await connection.list_tools()]
-    finally:
-        connection.close()
-        await asyncio.sleep(0.1)  # let it close its process
