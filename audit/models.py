@@ -31,3 +31,47 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.actor} {self.verb} {self.object_type}:{self.object_id}"
+
+
+class SinkPosition(models.Model):
+    """How far one configured sink (``AUDIT_SINKS``) has been sent the chain, and its retry state.
+
+    ``seq`` is the last record the sink acknowledged; records go out in order
+    and at least once, so a sink that was down receives everything after it.
+    A shipping worker claims the row (``claim``, ``claimed_until``) for a pass,
+    so two workers never send one sink records out of order.
+    """
+
+    name = models.CharField(max_length=200, unique=True)  # the sink's URL, without credentials
+    seq = models.PositiveBigIntegerField(default=0)
+    checkpoint = models.PositiveBigIntegerField(default=0)  # last Checkpoint.pk sent
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    failures = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    claim = models.CharField(max_length=32, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} at #{self.seq}"
+
+
+class Checkpoint(models.Model):
+    """The chain's head at a moment, signed with an Ed25519 key the database does not hold.
+
+    Stored so that the sinks receive it after the record it names; the copy
+    that counts is the one outside (the checkpoint file, the sinks): a forged
+    row here would need the signing key.
+    """
+
+    seq = models.PositiveBigIntegerField()
+    hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    key_id = models.CharField(max_length=16)
+    signature = models.CharField(max_length=128)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"checkpoint at #{self.seq}"

@@ -47,6 +47,16 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "schedule": 60.0,
         },
     }
+    if settings.AUDIT_SINKS:
+        sender.conf.beat_schedule["ship-audit"] = {
+            "task": "audit.tasks.ship",
+            "schedule": float(settings.AUDIT_SHIP_SECONDS),
+        }
+    # Signed by the worker that holds the key, which beat need not: asked for always.
+    sender.conf.beat_schedule["checkpoint-audit"] = {
+        "task": "audit.tasks.checkpoint",
+        "schedule": 60.0 * settings.AUDIT_CHECKPOINT_MINUTES,
+    }
 
 
 @worker_ready.connect

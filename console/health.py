@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.db.models import Count, Min
 from django.http import HttpResponse, JsonResponse
@@ -14,6 +15,7 @@ from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 
 from approvals.choices import ProposalStatus
 from approvals.models import Proposal
+from audit.shipping.ship import lags
 from executions.choices import ExecutionStatus
 from executions.models import Execution
 from executions.sandboxes.status import sandbox_status
@@ -69,6 +71,25 @@ class DatabaseCollector:
         yield GaugeMetricFamily(
             "airlock_oldest_pending_seconds", "Age of the oldest pending proposal", value=age
         )
+        behind = GaugeMetricFamily(
+            "airlock_audit_sink_behind_records",
+            "Audit records a sink has not acknowledged yet",
+            labels=["sink"],
+        )
+        waited = GaugeMetricFamily(
+            "airlock_audit_sink_lag_seconds",
+            "Age of the oldest audit record a sink has not acknowledged (0: none)",
+            labels=["sink"],
+        )
+        try:
+            found = lags()
+        except ImproperlyConfigured:  # said by the checks at start-up, and on the console
+            found = []
+        for lag in found:
+            behind.add_metric([lag.name], lag.behind)
+            waited.add_metric([lag.name], lag.seconds)
+        yield behind
+        yield waited
         sandbox = sandbox_status()
         yield GaugeMetricFamily(
             "airlock_sandbox_ok", "Whether the sandbox in force works", value=int(sandbox["ok"])

@@ -412,12 +412,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # with the broker away it gives up within seconds (the sweeper enqueues the run
 # later) instead of holding the request in Celery's retries.
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
-CELERY_TASK_PUBLISH_RETRY_POLICY = {
-    "max_retries": 1,
-    "interval_start": 0,
-    "interval_step": 0.5,
-    "interval_max": 0.5,
-}
+CELERY_TASK_PUBLISH_RETRY_POLICY = dict(
+    max_retries=1, interval_start=0, interval_step=0.5, interval_max=0.5
+)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -619,6 +616,24 @@ SPECTACULAR_SETTINGS = {
         "SandboxStatusEnum": "executions.models.SandboxSession.Status",
     },
 }
+
+#: `AUDIT_SINKS` | — | comma-separated places every audit record is sent to, in order and at least
+#:   once: `syslog://host:514` (RFC 5424 over TCP; `syslog+tls://` over TLS),
+#:   `splunk+https://TOKEN@host:8088` (Splunk HTTP Event Collector), `https://host/path` (JSON lines;
+#:   `TOKEN@` sent as a bearer token), `stdout:` (JSON lines on the worker's output); `?ca=PATH`
+#:   checks a TLS receiver against a private CA
+AUDIT_SINKS = env_list("AUDIT_SINKS", [])
+#: `AUDIT_SHIP_SECONDS` | `5` | how often a worker sends the sinks what they lack
+AUDIT_SHIP_SECONDS = env_int("AUDIT_SHIP_SECONDS", 5, minimum=1)
+#: `AUDIT_SIGNING_KEY_FILE` / `AUDIT_SIGNING_KEY` | — | an Ed25519 private key (PEM; a file, or the
+#:   text itself) that signs checkpoints of the chain's head; keep it where the database is not
+#:   (`manage.py audit_checkpoint --new-key PATH` makes one)
+AUDIT_SIGNING_KEY_FILE, AUDIT_SIGNING_KEY = env("AUDIT_SIGNING_KEY_FILE"), env("AUDIT_SIGNING_KEY")
+#: `AUDIT_CHECKPOINT_MINUTES` | `10` | how often a worker with the key signs the head
+AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10, minimum=1)
+#: `AUDIT_CHECKPOINT_FILE` | `$AIRLOCK_DATA_DIR/audit-checkpoints.jsonl` | where each signed
+#:   checkpoint is appended (keep a copy away from the database too)
+AUDIT_CHECKPOINT_FILE = env("AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl"))
 
 # Execution.
 #: `SANDBOX_BACKEND` | `auto` | `auto`, `local`, `docker` or `gvisor`; `auto` picks the strongest

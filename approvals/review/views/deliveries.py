@@ -1,7 +1,9 @@
-"""The admins' delivery log: every channel's messages, sent, failed with the reason, retried."""
+"""The admins' delivery log: every channel's messages, sent, failed with the reason, retried;
+and how far each audit sink has been sent the audit trail."""
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.paginator import Paginator
 from django.db.models import CharField, F, Value
 from django.http import HttpRequest, HttpResponse
@@ -10,6 +12,7 @@ from django.shortcuts import render
 from accounts.access import admin_required
 from approvals.notify.models import Delivery, WebhookDelivery
 from approvals.review import forms
+from audit.shipping.ship import lags
 
 DELIVERY_PAGE_SIZE = 50
 DELIVERY_COLUMNS = (
@@ -57,4 +60,8 @@ def deliveries(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     context = {"form": form, "page": page, "query": query.urlencode()}
+    try:
+        context["sinks"] = lags()
+    except ImproperlyConfigured as error:
+        context["sinks_error"] = str(error)
     return render(request, "approvals/deliveries.html", context)
