@@ -52,6 +52,11 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "task": "audit.tasks.ship",
             "schedule": float(settings.AUDIT_SHIP_SECONDS),
         }
+    if settings.BACKUP_DIR:
+        sender.conf.beat_schedule["back-up"] = {
+            "task": "infrastructure.backups.tasks.back_up",
+            "schedule": 3600.0 * settings.BACKUP_EVERY_HOURS,
+        }
     # Signed by the worker that holds the key, which beat need not: asked for always.
     sender.conf.beat_schedule["checkpoint-audit"] = {
         "task": "audit.tasks.checkpoint",

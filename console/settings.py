@@ -328,14 +328,9 @@ REDIS_CHANNEL_LAYER = "infrastructure.channel_layers.RedisPubSubLayer"
 #: `CHANNEL_LAYER_PREFIX` | `asgi` | key prefix of the Channels layer in Redis (deployments sharing
 #:   one Redis)
 if REDIS_URL:
-    # Redis pub/sub: a group send is one PUBLISH, where the list-based layer
-    # makes four round trips and runs a Lua script; a message reaches another
-    # process about 1.5 ms sooner (p50, 2 ms less at p95). Both deliver at
-    # most once, and the database stays the truth: long-polls and output
-    # followers also read it on a safety timer, the console's pages render
-    # from it on every message. redis-py subscribes again when it reconnects,
-    # so a Redis restart loses the messages of the moment it was away, where
-    # the list-based layer lost every group membership with Redis's memory.
+    # Redis pub/sub: one PUBLISH per group send (the list-based layer: four round trips
+    # and a Lua script), and a Redis restart loses only the messages of its moment away
+    # (the list-based layer lost every group). The database stays the truth.
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": REDIS_CHANNEL_LAYER,
@@ -634,6 +629,16 @@ AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10, minimum=1)
 #: `AUDIT_CHECKPOINT_FILE` | `$AIRLOCK_DATA_DIR/audit-checkpoints.jsonl` | where each signed
 #:   checkpoint is appended (keep a copy away from the database too)
 AUDIT_CHECKPOINT_FILE = env("AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl"))
+
+#: `BACKUP_DIR` | — | where a worker puts a backup every `BACKUP_EVERY_HOURS` (a directory
+#:   `airlock-…` each, as `manage.py backup` makes); unset, none is scheduled
+#: `BACKUP_EVERY_HOURS` / `BACKUP_KEEP` | `24` / `7` | how often; how many of the newest are kept
+#: `BACKUP_VERIFY` | `true` | each scheduled backup is restored into a scratch place and its audit
+#:   chain verified before it counts (one that fails is kept as `…-failed`)
+BACKUP_DIR = env("BACKUP_DIR")
+BACKUP_EVERY_HOURS = env_int("BACKUP_EVERY_HOURS", 24, minimum=1)
+BACKUP_KEEP = env_int("BACKUP_KEEP", 7, minimum=1)
+BACKUP_VERIFY = env_bool("BACKUP_VERIFY", True)
 
 # Execution.
 #: `SANDBOX_BACKEND` | `auto` | `auto`, `local`, `docker` or `gvisor`; `auto` picks the strongest

@@ -9,8 +9,9 @@ channel layer (``channel_layers``, with its one table), the one function that
 puts a task on the broker (``enqueue``), Django's HTTP side under ASGI
 (``handler``), per-process objects (``per_process``), the REST plumbing
 every API shares (``rest``: the error contract, negotiation, serializers) and
-the embedded deployment's backups (``backups``: SQLite's online copy, checked
-restores; ``manage.py backup`` and ``restore``).
+either deployment's backups (``backups/``: SQLite's online copy or
+``pg_dump`` of a snapshot, checked restores, verification in a scratch place,
+the scheduled ones; ``manage.py backup`` and ``restore``).
 
 Knows nothing of proposals, executions or people: it may import Django and
 third-party libraries only, never another Airlock package. (The hosts and

@@ -32,9 +32,9 @@ def count(data_dir, model: str) -> int:
     )
 
 
-def test_a_backup_taken_while_agents_write_restores_whole_and_verifies(tmp_path):
-    data = tmp_path / "data"
-    server = start_server(data)
+def backed_up_while_proposing(data, destination, env: dict | None = None) -> tuple[str, list[int]]:
+    """``manage.py backup --verify`` while an agent proposes: what it said, each proposal's status."""
+    server = start_server(data, extra_env=env)
     stop, made = threading.Event(), []
 
     def keep_proposing():
@@ -47,12 +47,17 @@ def test_a_backup_taken_while_agents_write_restores_whole_and_verifies(tmp_path)
     try:
         while len(made) < 10:
             stop.wait(0.05)
-        backed = manage(data, "backup", str(tmp_path / "backup"), "--verify")
-        stop.set()
-        writer.join()
+        backed = manage(data, "backup", str(destination), "--verify", env=env)
     finally:
         stop.set()
+        writer.join()
         server.stop()
+    return backed, made
+
+
+def test_a_backup_taken_while_agents_write_restores_whole_and_verifies(tmp_path):
+    data = tmp_path / "data"
+    backed, made = backed_up_while_proposing(data, tmp_path / "backup")
     assert "verified: restored into a scratch data directory; audit chain intact" in backed
     assert set(made) == {201}
     manifest = json.loads((tmp_path / "backup" / "manifest.json").read_text())
@@ -93,18 +98,19 @@ def test_a_damaged_backup_is_refused_and_nothing_is_written(tmp_path, damage, sa
     assert not (target / "airlock.sqlite3").exists()
 
 
-def test_a_backup_goes_only_into_a_new_or_empty_directory_and_not_on_postgresql(tmp_path):
+def test_a_backup_goes_only_into_a_new_or_empty_directory(tmp_path):
     data = tmp_path / "data"
     manage(data, "migrate", "--verbosity", "0")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "something").write_text("x")
     refused = run(data, "backup", str(tmp_path / "full"))
     assert refused.returncode != 0 and "is not an empty directory" in refused.stderr
-    on_postgres = run(
+    unreachable = run(
         data,
         "backup",
         str(tmp_path / "pg"),
-        env={"DATABASE_URL": "postgres://x@127.0.0.1/x", "SECRET_KEY": "k" * 50},
+        env={"DATABASE_URL": "postgres://x@127.0.0.1:9/x", "SECRET_KEY": "k" * 50},
     )
-    assert on_postgres.returncode != 0 and "back it up with pg_dump" in on_postgres.stderr
+    assert unreachable.returncode != 0
+    assert "cannot reach the database x" in unreachable.stderr
     assert not (tmp_path / "pg").exists()
