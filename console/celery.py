@@ -52,6 +52,11 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "task": "audit.tasks.ship",
             "schedule": float(settings.AUDIT_SHIP_SECONDS),
         }
+    if settings.RETENTION_DAYS:  # whole days only: a pass an hour finds at most one new
+        sender.conf.beat_schedule["retain"] = {
+            "task": "executions.retention.tasks.retain",
+            "schedule": 3600.0,
+        }
     if settings.BACKUP_DIR:
         sender.conf.beat_schedule["back-up"] = {
             "task": "infrastructure.backups.tasks.back_up",

@@ -630,6 +630,12 @@ AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10, minimum=1)
 #:   checkpoint is appended (keep a copy away from the database too)
 AUDIT_CHECKPOINT_FILE = env("AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl"))
 
+#: `RETENTION_DAYS` | `0` (keep all) | the output of executions that finished more than this many
+#:   days ago is archived, a day per file, then removed from the database (the audit trail never is)
+#: `RETENTION_ARCHIVE_DIR` | `$AIRLOCK_DATA_DIR/archive` | where: `output/YYYY-MM-DD.jsonl.gz` and a
+#:   `manifest.json` of checksums
+RETENTION_DAYS = env_int("RETENTION_DAYS", 0, minimum=0)
+RETENTION_ARCHIVE_DIR = env("RETENTION_ARCHIVE_DIR", str(DATA_DIR / "archive"))
 #: `BACKUP_DIR` | — | where a worker puts a backup every `BACKUP_EVERY_HOURS` (a directory
 #:   `airlock-…` each, as `manage.py backup` makes); unset, none is scheduled
 #: `BACKUP_EVERY_HOURS` / `BACKUP_KEEP` | `24` / `7` | how often; how many of the newest are kept

@@ -6,6 +6,7 @@ The proposal and execution pages live with their apps (``approvals.review.views`
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
@@ -70,7 +71,13 @@ def end_access(request: HttpRequest, pk: int) -> HttpResponse:
 def audit_trail(request: HttpRequest) -> HttpResponse:
     events = AuditEvent.objects.order_by("-seq")
     page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "console/audit.html", {"page": page, "chain": verify_chain()})
+    retention = {
+        "days": settings.RETENTION_DAYS,
+        "archive": settings.RETENTION_ARCHIVE_DIR,
+        "last": AuditEvent.objects.filter(verb="retention.archived").order_by("-seq").first(),
+    }
+    context = {"page": page, "chain": verify_chain(), "retention": retention}
+    return render(request, "console/audit.html", context)
 
 
 def not_found(request, exception=None):

@@ -58,6 +58,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "created_at",
             "started_at",
             "finished_at",
+            "output_archived_at",
         ]
 
     # Of the instance ``execution_data`` builds: its row, the proposal's id and the

@@ -50,6 +50,8 @@ class Execution(models.Model):
     # Carried out by the proposing agent (``tool.call``): lost if not reported by then.
     report_by = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set when retention moved the output to the archive (executions.retention).
+    output_archived_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = ExecutionQuerySet.as_manager()
@@ -59,6 +61,12 @@ class Execution(models.Model):
             models.Index(fields=["status", "dispatched_at"]),
             models.Index(fields=["status", "heartbeat_at"]),
             models.Index(fields=["-created_at"]),
+            # What retention still has to archive, oldest first (executions.retention).
+            models.Index(
+                fields=["finished_at"],
+                condition=models.Q(output_archived_at__isnull=True),
+                name="execution_output_kept",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -7,7 +7,8 @@ them; ``postgres``: pooled connections checked cheaply), queries compiled once
 embedded deployment's wake-ups (``doorbell``), Celery broker (``broker``) and
 channel layer (``channel_layers``, with its one table), the one function that
 puts a task on the broker (``enqueue``), Django's HTTP side under ASGI
-(``handler``), per-process objects (``per_process``), the REST plumbing
+(``handler``), per-process objects (``per_process``), files written to be trusted
+later (``files``), the REST plumbing
 every API shares (``rest``: the error contract, negotiation, serializers) and
 either deployment's backups (``backups/``: SQLite's online copy or
 ``pg_dump`` of a snapshot, checked restores, verification in a scratch place,

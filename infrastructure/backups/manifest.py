@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+
+from infrastructure.files import sha256_of
 
 MANIFEST = "manifest.json"
 KEY = "secret_key"
@@ -15,14 +16,6 @@ FORMAT = 1
 
 class BackupError(Exception):
     """A backup or a restore that cannot be made; the message says why."""
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def empty_or_new(directory: Path) -> None:
@@ -42,7 +35,7 @@ def write(destination: Path, database: str, files: list[Path], **fields) -> dict
         "database": database,
         "created_at": datetime.now(UTC).isoformat(),
         **fields,
-        "files": {f.name: {"sha256": sha256(f), "bytes": f.stat().st_size} for f in files},
+        "files": {f.name: {"sha256": sha256_of(f), "bytes": f.stat().st_size} for f in files},
     }
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     os.chmod(destination / MANIFEST, 0o600)
@@ -66,6 +59,6 @@ def checked(source: Path, database: str) -> dict:
         path = source / name
         if not path.exists():
             raise BackupError(f"{source}: {name} is missing")
-        if sha256(path) != expected["sha256"]:
+        if sha256_of(path) != expected["sha256"]:
             raise BackupError(f"{source}: {name} does not match its checksum")
     return manifest

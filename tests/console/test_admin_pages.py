@@ -12,6 +12,7 @@ from approvals.models import Agent, hash_token
 from approvals.policy.models import PolicyVersion
 from approvals.policy.rules import DEFAULT_POLICY, current_policy
 from audit.models import AuditEvent
+from audit.services import record
 from tests.conftest import client_for
 
 
@@ -211,6 +212,19 @@ def test_the_audit_trail_shows_the_chain_status(admin_client_, agent):
     AuditEvent.objects.filter(seq=1).update(actor="user:mallory")
     html = admin_client_.get(reverse("console:audit")).content.decode()
     assert "Chain broken at event 1" in html and "row 1 was edited" in html
+
+
+@pytest.mark.django_db
+def test_the_audit_trail_says_what_retention_keeps_and_its_last_pass(admin_client_, settings):
+    settings.RETENTION_DAYS = 0
+    html = admin_client_.get(reverse("console:audit")).content.decode()
+    assert "everything is kept" in html
+    settings.RETENTION_DAYS, settings.RETENTION_ARCHIVE_DIR = 90, "/srv/airlock-archive"
+    record("system", "retention.archived", None, day="2026-08-01", executions=12, chunks=3400)
+    html = admin_client_.get(reverse("console:audit")).content.decode()
+    line = html.split('id="retention"')[1].split("</p>")[0]
+    assert "more than 90 days ago is archived to <code>/srv/airlock-archive</code>" in line
+    assert "last archived 2026-08-01 (12 executions, 3400 chunks)" in line
 
 
 @pytest.mark.django_db

@@ -348,6 +348,7 @@ def result_contract(execution: Execution) -> dict:
         "created_at": when(execution.created_at),
         "started_at": when(execution.started_at),
         "finished_at": when(execution.finished_at),
+        "output_archived_at": when(execution.output_archived_at),
     }
 
 

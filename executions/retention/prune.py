@@ -1,0 +1,140 @@
+"""A retention pass: output of executions finished before the cutoff, archived, then deleted.
+
+Whole days only (UTC): the cutoff is midnight ``days`` days ago, so each day
+is archived in one pass into one file. For each day the pass writes the
+file first (from a read, which stalls no writer), then deletes that day's
+chunks ``BATCH`` rows per statement, each statement its own transaction, so
+a write of the hot path waits at most one short batch behind it; then marks
+the executions archived and records the day in the audit trail. A pass that
+stops half-way leaves rows that are already in the file: the next pass
+writes the day again with them, and deletes them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from audit.services import record
+from executions.choices import TERMINAL
+from executions.models import Execution, OutputChunk
+
+from .archive import Archive
+
+BATCH = 1000  # chunk rows per DELETE: each one a short write transaction
+EXECUTIONS_PER_READ = 200
+
+
+@dataclass
+class Summary:
+    cutoff: datetime
+    days: list[dict] = field(default_factory=list)
+    executions: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+
+
+def cutoff_for(days: int, now: datetime | None = None) -> datetime:
+    """Midnight (UTC) ``days`` days ago: what finished before it is due."""
+    now = (now or timezone.now()).astimezone(UTC)
+    return datetime.combine(now.date() - timedelta(days=days), datetime.min.time(), tzinfo=UTC)
+
+
+def due():
+    """Finished executions whose output is still in the database."""
+    return Execution.objects.filter(status__in=TERMINAL, output_archived_at__isnull=True)
+
+
+def run(days: int, archive: Archive, now: datetime | None = None) -> Summary:
+    """Archive and delete the output of every whole day before the cutoff; what was done."""
+    started = time.monotonic()
+    summary = Summary(cutoff=cutoff_for(days, now))
+    for day, ids in _days(summary.cutoff):
+        entry = archive.write_day(day, _lines(ids))
+        deleted = _delete_chunks(ids)
+        Execution.objects.filter(pk__in=ids).update(output_archived_at=timezone.now())
+        with transaction.atomic():
+            record(
+                "system",
+                "retention.archived",
+                None,
+                day=day.isoformat(),
+                executions=len(ids),
+                chunks=deleted,
+                file=entry["file"],
+                sha256=entry["sha256"],
+            )
+        summary.days.append({"day": day.isoformat(), "executions": len(ids), "chunks": deleted})
+        summary.executions += len(ids)
+        summary.chunks += deleted
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _days(cutoff: datetime) -> Iterator[tuple[date, list[int]]]:
+    """Each due day, oldest first, with the ids of its executions."""
+    current, ids = None, []
+    rows = due().filter(finished_at__lt=cutoff).order_by("finished_at", "pk")
+    for pk, finished_at in rows.values_list("pk", "finished_at").iterator(chunk_size=2000):
+        day = finished_at.astimezone(UTC).date()
+        if current is not None and day != current:
+            yield current, ids
+            ids = []
+        current = day
+        ids.append(pk)
+    if current is not None:
+        yield current, ids
+
+
+def _lines(ids: list[int]) -> Iterator[dict]:
+    """One archive line per execution, its chunks in order, read a few executions at a time."""
+    for start in range(0, len(ids), EXECUTIONS_PER_READ):
+        batch = ids[start : start + EXECUTIONS_PER_READ]
+        executions = Execution.objects.in_bulk(batch)
+        chunks: dict[int, list] = {pk: [] for pk in batch}
+        rows = (
+            OutputChunk.objects.filter(execution_id__in=batch)
+            .order_by("execution_id", "seq")
+            .values_list("execution_id", "seq", "stream", "data", "created_at")
+        )
+        for execution_id, seq, stream, data, created_at in rows.iterator(chunk_size=2000):
+            chunks[execution_id].append([seq, stream, data, created_at.isoformat()])
+        for pk in batch:
+            execution = executions[pk]
+            yield {
+                "execution_id": pk,
+                "action": execution.action,
+                "status": execution.status,
+                "requested_by": execution.requested_by,
+                "created_at": execution.created_at.isoformat(),
+                "finished_at": execution.finished_at.isoformat(),
+                "output_bytes": execution.output_bytes,
+                "truncated": execution.truncated,
+                "chunks": chunks[pk],
+            }
+
+
+def _delete_chunks(ids: list[int]) -> int:
+    """Delete the executions' chunks, ``BATCH`` rows per statement and transaction."""
+    table = connection.ops.quote_name(OutputChunk._meta.db_table)
+    deleted = 0
+    for start in range(0, len(ids), EXECUTIONS_PER_READ):
+        batch = ids[start : start + EXECUTIONS_PER_READ]
+        while True:
+            chunk_ids = list(
+                OutputChunk.objects.filter(execution_id__in=batch)
+                .order_by()
+                .values_list("pk", flat=True)[:BATCH]
+            )
+            if not chunk_ids:
+                break
+            marks = ", ".join(["%s"] * len(chunk_ids))
+            with connection.cursor() as cursor:  # autocommit: one short transaction
+                cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks})", chunk_ids)
+            deleted += len(chunk_ids)
+    return deleted

@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Benchmark a retention pass against the hot path's writes, on the embedded SQLite.
+
+A fresh data dir holds ``--executions`` finished executions of ``--chunks``
+output chunks each, finished 40 days ago (seeded in bulk). A writer process
+appends output as a running execution does (a chunk and an audit record per
+transaction, one after another) for ``--seconds``: first alone (the
+baseline), then while ``manage.py retention --days 30`` archives and deletes
+everything seeded. Prints the writer's p50, p99 and worst latency in both
+phases, and the pass's throughput. The goal: no write stalled behind
+retention for more than 100 ms.
+
+    .venv/bin/python scripts/benchmark_retention.py [--executions 2000] [--chunks 50] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchmarking import percentile  # noqa: E402
+
+
+def _django(data_dir: Path) -> None:
+    os.environ["AIRLOCK_DATA_DIR"] = str(data_dir)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    import django
+
+    django.setup()
+
+
+def seed(executions: int, chunks: int) -> None:
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from executions.models import Execution, OutputChunk
+
+    finished = timezone.now() - timedelta(days=40)
+    with transaction.atomic():
+        made = Execution.objects.bulk_create(
+            Execution(
+                action="script.execute",
+                command_hash="0" * 64,
+                status="succeeded",
+                finished_at=finished + timedelta(seconds=n),
+            )
+            for n in range(executions)
+        )
+    for start in range(0, len(made), 200):
+        with transaction.atomic():
+            OutputChunk.objects.bulk_create(
+                OutputChunk(execution=e, seq=s + 1, stream="stdout", data=f"line {s}: " + "x" * 80)
+                for e in made[start : start + 200]
+                for s in range(chunks)
+            )
+
+
+def writer(seconds: float) -> None:
+    """Append output as a running execution does, one transaction per chunk: latencies (ms)."""
+    from django.db import transaction
+
+    from audit.services import record
+    from executions.models import Execution, OutputChunk
+
+    execution = Execution.objects.create(
+        action="script.execute", command_hash="1" * 64, status="running"
+    )
+    latencies, seq, end = [], 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        seq += 1
+        started = time.perf_counter()
+        with transaction.atomic():
+            OutputChunk.objects.create(execution=execution, seq=seq, stream="stdout", data="x\n")
+            record("system", "benchmark.write", execution, seq=seq)
+        latencies.append((time.perf_counter() - started) * 1000)
+        time.sleep(0.002)
+    print(json.dumps(latencies))
+
+
+def _write_for(data_dir: Path, seconds: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--writer", str(seconds), "--data-dir", str(data_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _row(name: str, latencies: list[float]) -> str:
+    return (
+        f"| {name} | {len(latencies)} | {percentile(latencies, 0.5):.2f} | "
+        f"{percentile(latencies, 0.99):.2f} | {max(latencies):.1f} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--executions", type=int, default=2000)
+    parser.add_argument("--chunks", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--writer", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--data-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.writer:
+        _django(Path(args.data_dir))
+        return writer(args.writer)
+
+    data_dir = Path(tempfile.mkdtemp(prefix="airlock-bench-retention-"))
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SQLITE_PATH")}
+    env["AIRLOCK_DATA_DIR"] = str(data_dir)
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True)
+    _django(data_dir)
+    started = time.monotonic()
+    seed(args.executions, args.chunks)
+    total = args.executions * args.chunks
+    print(
+        f"seeded {args.executions} executions, {total} chunks in {time.monotonic() - started:.1f} s"
+    )
+
+    alone = _write_for(data_dir, args.seconds)
+    baseline = json.loads(alone.communicate()[0])
+
+    during = _write_for(data_dir, args.seconds)
+    time.sleep(0.5)
+    started = time.monotonic()
+    subprocess.run([*manage, "retention", "--days", "30"], env=env, check=True, capture_output=True)
+    took = time.monotonic() - started
+    loaded = json.loads(during.communicate()[0])
+
+    print()
+    print("| writes (a chunk and an audit record each) | n | p50 ms | p99 ms | worst ms |")
+    print("|---|---|---|---|---|")
+    print(_row("alone (baseline)", baseline))
+    print(_row("while retention archives and deletes", loaded))
+    print()
+    print(
+        f"retention pass: {total} chunks of {args.executions} executions archived and deleted in "
+        f"{took:.1f} s ({total / took:,.0f} chunks/s, the command's start included); "
+        f"worst write {max(loaded):.1f} ms against {max(baseline):.1f} ms alone, "
+        f"p99 {percentile(loaded, 0.99) / percentile(baseline, 0.99):.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Retention: old output archived a day per file with checksums, then removed; nothing lost."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from audit.services import verify_chain
+from console.celery import _schedule_periodic_tasks
+from executions.choices import ExecutionStatus
+from executions.models import Execution, OutputChunk
+from executions.retention import prune
+from executions.retention.archive import Archive
+from executions.retention.tasks import RETAIN
+
+pytestmark = pytest.mark.django_db(transaction=True)
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+
+
+def finished(days_ago: float, lines: int = 3, status=ExecutionStatus.SUCCEEDED) -> Execution:
+    at = NOW - timedelta(days=days_ago)
+    execution = Execution.objects.create(
+        action="script.execute",
+        command_hash="0" * 64,
+        status=status,
+        finished_at=at if status != ExecutionStatus.RUNNING else None,
+    )
+    OutputChunk.objects.bulk_create(
+        OutputChunk(
+            execution=execution,
+            seq=n + 1,
+            stream="stderr" if n == 1 else "stdout",
+            data=f"line {n} of {execution.pk}\n",
+        )
+        for n in range(lines)
+    )
+    return execution
+
+
+@pytest.fixture
+def archive(tmp_path, settings):
+    settings.RETENTION_ARCHIVE_DIR = str(tmp_path / "archive")
+    return Archive(tmp_path / "archive")
+
+
+def chunks_of(execution: Execution) -> list:
+    return list(execution.chunks.order_by("seq").values_list("seq", "stream", "data"))
+
+
+def test_old_output_is_archived_a_day_per_file_then_removed(archive):
+    day_a = [finished(10.6), finished(10.7, lines=2500)]  # 2026-11-09; more than a delete batch
+    day_b = [finished(9.9)]  # 2026-11-10
+    recent = finished(1)
+    running = finished(30, status=ExecutionStatus.RUNNING)
+    before = {e.pk: chunks_of(e) for e in [*day_a, *day_b]}
+
+    summary = prune.run(3, archive, now=NOW)
+
+    assert [d["day"] for d in summary.days] == ["2026-11-09", "2026-11-10"]
+    assert (summary.executions, summary.chunks) == (3, 3 + 2500 + 3)
+    files = archive.manifest()["files"]
+    assert set(files) == {"output/2026-11-09.jsonl.gz", "output/2026-11-10.jsonl.gz"}
+    for execution in [*day_a, *day_b]:
+        execution.refresh_from_db()
+        assert execution.output_archived_at is not None and not execution.chunks.exists()
+        day = execution.finished_at.date()
+        [line] = [line for line in archive.lines(day) if line["execution_id"] == execution.pk]
+        assert [tuple(c[:3]) for c in line["chunks"]] == before[execution.pk]
+    for kept in (recent, running):
+        assert kept.chunks.count() == 3 and not Execution.objects.get(pk=kept.pk).output_archived_at
+    assert list(
+        AuditEvent.objects.filter(verb="retention.archived").values_list("data__day", flat=True)
+    ) == ["2026-11-09", "2026-11-10"]
+    assert verify_chain().ok
+
+    again = prune.run(3, archive, now=NOW)  # nothing new is due
+    assert (again.executions, again.days) == (0, [])
+
+
+def test_a_pass_stopped_half_way_loses_nothing(archive):
+    first, second = finished(10.1), finished(10.2)
+    # A pass wrote the day with the first, deleted its chunks and stopped.
+    archive.write_day(first.finished_at.date(), prune._lines([first.pk]))
+    first_chunks = chunks_of(first)
+    OutputChunk.objects.filter(execution=first).delete()
+
+    prune.run(3, archive, now=NOW)
+
+    lines = {line["execution_id"]: line for line in archive.lines(first.finished_at.date())}
+    assert set(lines) == {first.pk, second.pk}
+    assert [tuple(c[:3]) for c in lines[first.pk]["chunks"]] == first_chunks
+
+
+def test_an_archived_output_reads_back_and_a_corrupt_file_is_named(archive, capsys):
+    execution = finished(10)
+    prune.run(3, archive, now=NOW)
+    call_command("retention", "--output", str(execution.pk))
+    said = capsys.readouterr()
+    assert said.out == f"line 0 of {execution.pk}\nline 2 of {execution.pk}\n"
+    assert said.err == f"line 1 of {execution.pk}\n"
+    call_command("retention", "--check")
+    assert "archive intact: 1 files match their checksums" in capsys.readouterr().out
+
+    path = archive.root / "output" / f"{execution.finished_at.date()}.jsonl.gz"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(
+        CommandError, match="does not match its checksum: the archive file is corrupt"
+    ):
+        call_command("retention", "--check")
+    with pytest.raises(CommandError, match="corrupt"):
+        call_command("retention", "--output", str(execution.pk))
+
+
+def test_the_command_prunes_only_when_told_how_long_to_keep(archive, settings, capsys):
+    settings.RETENTION_DAYS = 0
+    with pytest.raises(CommandError, match="RETENTION_DAYS is 0 .*pass --days N"):
+        call_command("retention")
+    old = finished((timezone.now() - NOW).days + 40)
+    with pytest.raises(CommandError, match="--days must be 0 or more"):
+        call_command("retention", "--days", "-1")
+    call_command("retention", "--days", "30")
+    assert "(1 executions, 3 chunks)" in capsys.readouterr().out
+    assert not old.chunks.exists()
+    with pytest.raises(CommandError, match="in the database, not archived"):
+        call_command("retention", "--output", str(finished(0).pk))
+
+
+def test_beat_runs_a_pass_an_hour_only_when_retention_is_set(archive, settings):
+    app = SimpleNamespace(conf=SimpleNamespace())
+    settings.RETENTION_DAYS = 0
+    _schedule_periodic_tasks(app)
+    assert "retain" not in app.conf.beat_schedule
+    settings.RETENTION_DAYS = 30
+    _schedule_periodic_tasks(app)
+    assert app.conf.beat_schedule["retain"] == {"task": RETAIN, "schedule": 3600.0}
+
+
+def test_archive_files_are_plain_gzip_json_lines(archive):
+    execution = finished(10)
+    prune.run(3, archive, now=NOW)
+    path = archive.root / "output" / f"{execution.finished_at.date()}.jsonl.gz"
+    with gzip.open(path, "rt") as handle:
+        [line] = [json.loads(text) for text in handle]
+    assert line["execution_id"] == execution.pk and line["status"] == "succeeded"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
