@@ -183,3 +183,50 @@ def test_concurrent_transactions_append_one_unbroken_chain(monkeypatch):
     for first, second in zip(rows[::2], rows[1::2], strict=True):  # a transaction's two in a row
         assert (first[1], first[2], second[1], second[2]) == (first[1], "one", first[1], "two")
     assert verify_chain().ok
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("damage", "first_bad"),
+    [
+        (None, None),
+        ("UPDATE audit_auditevent SET actor = 'user:mallory' WHERE seq = 9", 9),
+        ("DELETE FROM audit_auditevent WHERE seq = 5", 5),  # the first row of a stretch
+        ("DELETE FROM audit_auditevent WHERE seq = 8", 8),  # the last row of one
+    ],
+    ids=["intact", "edited", "seam-start-deleted", "seam-end-deleted"],
+)
+def test_a_long_chain_checked_by_several_processes_finds_the_same_row(
+    monkeypatch, damage, first_bad
+):
+    import audit.services
+
+    for n in range(12):
+        with transaction.atomic():
+            record("system", "test.event", None, n=n, text='ünïcode "quoted" \n')
+    if damage:
+        with connection.cursor() as cursor:
+            cursor.execute(damage)
+    alone = verify_chain()
+    monkeypatch.setattr(audit.services, "PARALLEL_FROM", 1)
+    together = verify_chain(workers=3)  # rows 1-4, 5-8 and 9-12, one process each
+    assert (together.ok, together.first_bad_seq) == (alone.ok, alone.first_bad_seq)
+    assert alone.first_bad_seq == first_bad
+    if first_bad is None:
+        assert together.checked == alone.checked == 12
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_record_made_on_a_whole_second_verifies(monkeypatch):
+    import datetime
+
+    import audit.services
+
+    whole = datetime.datetime(2026, 11, 27, 4, 30, 37, tzinfo=datetime.UTC)
+    monkeypatch.setattr(audit.services.timezone, "now", lambda: whole)
+    with transaction.atomic():
+        record("system", "test.event", None, n=1)
+    monkeypatch.undo()
+    with transaction.atomic():
+        record("system", "test.event", None, n=2)
+    assert verify_chain().ok and verify_chain().checked == 2

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
+from django.core.cache import cache
 from django.urls import reverse
 
 from accounts.roles import is_reviewer
@@ -13,6 +15,7 @@ from approvals.policy.models import PolicyVersion
 from approvals.policy.rules import DEFAULT_POLICY, current_policy
 from audit.models import AuditEvent
 from audit.services import record
+from console.views import CHAIN_KEY, FULL_CHECK_SECONDS
 from tests.conftest import client_for
 
 
@@ -209,7 +212,17 @@ def test_admins_grant_and_withdraw_review_rights(admin_client_, outsider):
 def test_the_audit_trail_shows_the_chain_status(admin_client_, agent):
     html = admin_client_.get(reverse("console:audit")).content.decode()
     assert "Chain verified" in html and "agent.created" in html
+    # Rows added since the whole check are checked on every view.
+    record("system", "test.later", None)
+    last = AuditEvent.objects.order_by("-seq").first()
+    AuditEvent.objects.filter(pk=last.pk).update(actor="user:mallory")
+    html = admin_client_.get(reverse("console:audit")).content.decode()
+    assert f"Chain broken at event {last.seq}" in html and f"row {last.seq} was edited" in html
+    # An older row edited shows once the whole chain is checked again (at most an hour).
+    AuditEvent.objects.filter(pk=last.pk).update(actor="system")
+    assert "Chain verified" in admin_client_.get(reverse("console:audit")).content.decode()
     AuditEvent.objects.filter(seq=1).update(actor="user:mallory")
+    cache.set(CHAIN_KEY, {**cache.get(CHAIN_KEY), "at": time.time() - FULL_CHECK_SECONDS})
     html = admin_client_.get(reverse("console:audit")).content.decode()
     assert "Chain broken at event 1" in html and "row 1 was edited" in html
 
