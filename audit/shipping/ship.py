@@ -102,14 +102,18 @@ def ship(sink: Sink) -> int:
             sink.send(_in_order(events, checkpoints))
             position.seq = events[-1].seq if events else position.seq
             position.checkpoint = checkpoints[-1].pk if checkpoints else position.checkpoint
-            mine.update(
+            delivered = timezone.now()
+            held = mine.update(  # the claim renewed with each batch: a long catch-up keeps it
                 seq=position.seq,
                 checkpoint=position.checkpoint,
-                delivered_at=timezone.now(),
+                delivered_at=delivered,
                 failures=0,
                 last_error="",
                 next_attempt_at=None,
+                claimed_until=delivered + timedelta(seconds=CLAIM_SECONDS),
             )
+            if not held:  # taken over (this pass outlived its claim): the other goes on
+                return sent
             sent += len(events) + len(checkpoints)
             if len(events) < BATCH:
                 break
