@@ -21,6 +21,7 @@ from audit.checkpoints import new_key, sign_head, signing_key
 from audit.models import SinkPosition
 from audit.services import record
 from audit.shipping import ship
+from audit.shipping.base import Sink
 from tests.audit.receivers import RSYSLOGD, HttpReceiver, Rsyslog, wait_for
 from tests.audit.tls import make_certificates
 from tests.support import require
@@ -206,3 +207,31 @@ def test_the_beat_task_ships_every_configured_sink(tmp_path, settings):
 def test_a_sink_that_cannot_work_is_named_with_the_reason(url, says):
     with pytest.raises(ImproperlyConfigured, match=says):
         ship.sink_for(url)
+
+
+class _TakenOverOnSecondBatch(Sink):
+    """A sink that keeps what it is sent; while it takes the second batch another worker
+    takes the sink over (as one would once this pass outlived its claim)."""
+
+    def __init__(self):
+        super().__init__("stdout:")
+        self.batches: list[list[dict]] = []
+        self.claimed_until = []  # as each batch is sent
+
+    def send(self, entries: list[dict]) -> None:
+        self.batches.append(entries)
+        self.claimed_until.append(SinkPosition.objects.get(name=self.name).claimed_until)
+        if len(self.batches) == 2:
+            SinkPosition.objects.filter(name=self.name).update(claim="other")
+
+
+def test_a_long_catch_up_renews_its_claim_and_stops_when_taken_over(monkeypatch):
+    monkeypatch.setattr(ship, "BATCH", 10)
+    add_records(35)
+    sink = _TakenOverOnSecondBatch()
+    ship.ship(sink)
+    assert [len(batch) for batch in sink.batches] == [10, 10]  # stopped: the other goes on
+    first, second = sink.claimed_until
+    assert second > first  # renewed when the first batch was acknowledged
+    held = position(sink)
+    assert (held.seq, held.claim) == (10, "other")  # the taken batch is the other's to resend
