@@ -202,6 +202,13 @@ class Connection:
         self._client = None
         self._stop.set()
 
+    async def ended(self, timeout: float = 5) -> None:
+        """Close, and wait until the connection has ended (a stdio upstream's process reaped)."""
+        self.close()
+        if self._owner is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._owner), timeout)
+
     async def list_tools(self) -> list[types.Tool]:
         """The upstream's tools, read again when older than ``TOOLS_FRESH_SECONDS``."""
         if self.tools is not None and time.monotonic() - self.tools_at < TOOLS_FRESH_SECONDS:
@@ -300,8 +307,9 @@ def check(target: Target) -> list[str]:
                 f"{target.name}{SEPARATOR}{tool.name}" for tool in await connection.list_tools()
             ]
         finally:
-            connection.close()
-            await asyncio.sleep(0.2)  # let it close its process
+            # Its process is reaped before the loop closes: else asyncio's child watcher
+            # reports the exit to a closed loop ("Loop … that handles pid … is closed").
+            await connection.ended()
 
     return asyncio.run(listed())
 
