@@ -57,7 +57,10 @@ def run(days: int, archive: Archive, now: datetime | None = None) -> Summary:
     for day, ids in _days(summary.cutoff):
         entry = archive.write_day(day, _lines(ids))
         deleted = _delete_chunks(ids)
-        Execution.objects.filter(pk__in=ids).update(output_archived_at=timezone.now())
+        archived_at = timezone.now()
+        for start in range(0, len(ids), EXECUTIONS_PER_READ):  # within any database's parameters
+            batch = ids[start : start + EXECUTIONS_PER_READ]
+            Execution.objects.filter(pk__in=batch).update(output_archived_at=archived_at)
         with transaction.atomic():
             record(
                 "system",
@@ -77,18 +80,35 @@ def run(days: int, archive: Archive, now: datetime | None = None) -> Summary:
 
 
 def _days(cutoff: datetime) -> Iterator[tuple[date, list[int]]]:
-    """Each due day, oldest first, with the ids of its executions."""
-    current, ids = None, []
-    rows = due().filter(finished_at__lt=cutoff).order_by("finished_at", "pk")
-    for pk, finished_at in rows.values_list("pk", "finished_at").iterator(chunk_size=2000):
-        day = finished_at.astimezone(UTC).date()
-        if current is not None and day != current:
-            yield current, ids
-            ids = []
-        current = day
-        ids.append(pk)
-    if current is not None:
-        yield current, ids
+    """Each due day, oldest first, with the ids of its executions.
+
+    Read a day at a time, each once its predecessor is done: no read stays open
+    while the pass writes (SQLite does not keep a read on one connection apart
+    from that connection's own writes to the rows it walks).
+    """
+    done: set[date] = set()
+    while True:
+        oldest = (
+            due()
+            .filter(finished_at__lt=cutoff)
+            .order_by("finished_at")
+            .values_list("finished_at", flat=True)
+            .first()
+        )
+        if oldest is None:
+            return
+        day = oldest.astimezone(UTC).date()
+        if day in done:  # its executions were not marked: never loop over it
+            raise RuntimeError(f"retention: {day} is still due after it was archived")
+        done.add(day)
+        start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+        ids = list(
+            due()
+            .filter(finished_at__gte=start, finished_at__lt=min(start + timedelta(days=1), cutoff))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        yield day, ids
 
 
 def _lines(ids: list[int]) -> Iterator[dict]:

@@ -152,3 +152,30 @@ def test_archive_files_are_plain_gzip_json_lines(archive):
         [line] = [json.loads(text) for text in handle]
     assert line["execution_id"] == execution.pk and line["status"] == "succeeded"
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_thousands_of_executions_over_several_days_are_each_archived_once(archive):
+    made = Execution.objects.bulk_create(
+        Execution(
+            action="script.execute",
+            command_hash="0" * 64,
+            status=ExecutionStatus.SUCCEEDED,
+            finished_at=NOW - timedelta(days=10, minutes=n),  # 2026-11-10 noon back to 11-07
+        )
+        for n in range(2500 * 2)
+    )
+    OutputChunk.objects.bulk_create(
+        OutputChunk(execution=e, seq=1, stream="stdout", data="x\n") for e in made
+    )
+    summary = prune.run(3, archive, now=NOW)
+    assert (summary.executions, summary.chunks) == (5000, 5000)
+    days = [d["day"] for d in summary.days]
+    assert days == ["2026-11-07", "2026-11-08", "2026-11-09", "2026-11-10"]
+    archived = [
+        line["execution_id"]
+        for day in summary.days
+        for line in archive.lines(datetime.fromisoformat(day["day"]).date())
+    ]
+    assert sorted(archived) == sorted(e.pk for e in made)  # each once
+    assert not OutputChunk.objects.exists()
+    assert not Execution.objects.filter(output_archived_at__isnull=True).exists()
