@@ -34,6 +34,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from .models import AuditEvent, Checkpoint
+from .services import chain_end
 
 VERSION = 1
 
@@ -84,6 +85,16 @@ def signing_key() -> Ed25519PrivateKey | None:
         return signing_key_from(Path(path))
     pem = getattr(settings, "AUDIT_SIGNING_KEY", "")
     return _private_key(pem, "AUDIT_SIGNING_KEY") if pem else None
+
+
+def required_signing_key() -> Ed25519PrivateKey:
+    """The configured private key; ``CheckpointError`` saying how to make one when there is none."""
+    private = signing_key()
+    if private is None:
+        raise CheckpointError(
+            "no signing key: set AUDIT_SIGNING_KEY_FILE (manage.py audit_checkpoint --new-key PATH)"
+        )
+    return private
 
 
 def signing_key_from(path: Path) -> Ed25519PrivateKey:
@@ -140,18 +151,12 @@ def sign_head(private: Ed25519PrivateKey | None = None) -> Checkpoint | None:
     Stored (the sinks receive it after the record it names) and appended to
     ``AUDIT_CHECKPOINT_FILE``. Raises ``CheckpointError`` without a key.
     """
-    private = private or signing_key()
-    if private is None:
-        raise CheckpointError(
-            "no signing key: set AUDIT_SIGNING_KEY_FILE (manage.py audit_checkpoint --new-key PATH)"
-        )
-    head = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
-    if head is None:
+    private = private or required_signing_key()
+    seq, hash = head = chain_end()
+    if not seq:
         return None
-    last = Checkpoint.objects.order_by("-pk").values_list("seq", "hash").first()
-    if last == head:
+    if Checkpoint.objects.order_by("-pk").values_list("seq", "hash").first() == head:
         return None
-    seq, hash = head
     created_at = timezone.now()
     signature = private.sign(message(seq, hash, created_at.isoformat()))
     checkpoint = Checkpoint.objects.create(

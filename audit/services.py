@@ -217,6 +217,11 @@ def _span_in_own_process(bounds: tuple[int, int, int]) -> _Span:
         connections[DEFAULT_DB_ALIAS].close()
 
 
+def chain_end() -> tuple[int, str]:
+    """The chain's last row as committed now: its ``seq`` and ``hash`` (``(0, GENESIS)`` empty)."""
+    return AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first() or (0, GENESIS)
+
+
 def verify_chain(batch_size: int = 5000, workers: int = 1) -> ChainReport:
     """Walk the chain in order; report the first edited, inserted or deleted row.
 
@@ -225,7 +230,7 @@ def verify_chain(batch_size: int = 5000, workers: int = 1) -> ChainReport:
     with its own connection), and the seams between them checked here: the
     command line's choice, never a web process's.
     """
-    head = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    head, _ = chain_end()
     if workers > 1 and head >= PARALLEL_FROM:
         step = -(-head // workers)
         bounds = [
@@ -262,7 +267,7 @@ def verify_chain(batch_size: int = 5000, workers: int = 1) -> ChainReport:
 def verify_chain_after(seq: int, hash: str, batch_size: int = 5000) -> ChainReport:
     """Check only the rows after ``seq``, whose row was known whole with ``hash``: the first
     one must follow it. What a page that showed the whole chain verified a while ago checks."""
-    head = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    head, _ = chain_end()
     if head < seq:
         return ChainReport(False, 0, head + 1, f"row {head + 1} deleted (the chain ends before it)")
     if head == seq:

@@ -24,7 +24,13 @@ from accounts.roles import REVIEWERS_GROUP, set_review_rights
 from accounts.stepup import fresh_factor_required
 from approvals.core import tokens
 from audit.models import AuditEvent
-from audit.services import ChainReport, actor_label, verify_chain, verify_chain_after
+from audit.services import (
+    ChainReport,
+    actor_label,
+    chain_end,
+    verify_chain,
+    verify_chain_after,
+)
 from infrastructure.rest.errors import json_error
 
 AUDIT_PAGE_SIZE = 50
@@ -105,8 +111,8 @@ def chain_status() -> tuple[ChainReport, datetime]:
         report = verify_chain()
         known = {"at": time.time(), "checked": 0}
     if report.ok:
-        end = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first() or (0, "")
-        cache.set(CHAIN_KEY, {**known, "seq": end[0], "hash": end[1], "checked": report.checked})
+        seq, hash = chain_end()
+        cache.set(CHAIN_KEY, {**known, "seq": seq, "hash": hash, "checked": report.checked})
     else:
         cache.delete(CHAIN_KEY)
     return report, datetime.fromtimestamp(known["at"], tz=UTC)

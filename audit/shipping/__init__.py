@@ -1,10 +1,11 @@
 """The audit trail shipped out: every record, in order and at least once, to the configured sinks.
 
-Owns the sink interface (``base.Sink``, ``base.sinks`` reading
-``AUDIT_SINKS``), one module per kind of sink (``syslog``: RFC 5424 over
+Owns the sink interface (``base.Sink``, what an entry carries), one module
+per kind of sink (``syslog``: RFC 5424 over
 TCP or TLS; ``http``: Splunk's HTTP Event Collector and JSON lines;
 ``stdout``: JSON lines for a container's log collector) and the shipping
-pass with each sink's position and lag (``ship``).
+pass with the sinks ``AUDIT_SINKS`` names, each one's position and lag
+(``ship``).
 
 The chain is its own outbox: every record is written in the transaction of
 the change it tells of, with a contiguous sequence number committed in

@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from django.conf import settings
+
 from audit.models import AuditEvent
 
 
@@ -22,13 +24,19 @@ class Sink(ABC):
         self.parts = parts
         self.options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
         # Positions are kept by name: the URL without its credentials or options.
-        host = parts.hostname or ""
+        self.netloc = parts.hostname or ""
         if parts.port:
-            host = f"{host}:{parts.port}"
-        self.name = urlunsplit((parts.scheme, host, parts.path, "", ""))
+            self.netloc += f":{parts.port}"
+        self.name = urlunsplit((parts.scheme, self.netloc, parts.path, "", ""))
+        self.hostname = settings.WORKER_HOSTNAME  # this host, as receivers name the sender
 
     @abstractmethod
     def send(self, entries: list[dict]) -> None: ...
+
+
+def moment(entry: dict) -> str:
+    """When an entry happened: a record's ``created_at``, a checkpoint's ``at`` (ISO 8601)."""
+    return entry.get("created_at") or entry["at"]
 
 
 def entry(event: AuditEvent) -> dict:

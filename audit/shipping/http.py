@@ -14,14 +14,12 @@ counts as received on a 2xx answer; anything else raises and it is sent again.
 from __future__ import annotations
 
 import json
-import socket
 from datetime import datetime
 from urllib.parse import unquote, urlunsplit
 
 import requests
-from django.conf import settings
 
-from .base import Sink
+from .base import Sink, moment
 
 TIMEOUT_SECONDS = 10
 HEC_PATH = "/services/collector/event"
@@ -39,10 +37,8 @@ class _HttpSink(Sink):
     def __init__(self, url: str):
         super().__init__(url)
         scheme = self.parts.scheme.removeprefix("splunk+")
-        host = self.parts.hostname
-        if self.parts.port:
-            host = f"{host}:{self.parts.port}"
-        self.endpoint = urlunsplit((scheme, host, self.parts.path or self.default_path, "", ""))
+        path = self.parts.path or self.default_path
+        self.endpoint = urlunsplit((scheme, self.netloc, path, "", ""))
         self.token = unquote(self.parts.username or "")
         self.session = requests.Session()
         self.session.headers["Content-Type"] = self.content_type
@@ -70,18 +66,14 @@ class HecSink(_HttpSink):
     default_path = HEC_PATH
     auth_scheme = "Splunk"
 
-    def __init__(self, url: str):
-        super().__init__(url)
-        self.host = getattr(settings, "WORKER_HOSTNAME", "") or socket.gethostname()
-
     def body(self, entries: list[dict]) -> bytes:
         events = []
         for entry in entries:
-            at = datetime.fromisoformat(entry.get("created_at") or entry["at"])
+            at = datetime.fromisoformat(moment(entry))
             events.append(
                 {
                     "time": round(at.timestamp(), 6),
-                    "host": self.host,
+                    "host": self.hostname,
                     "source": "airlock",
                     "sourcetype": f"airlock:{entry['type']}",
                     "event": entry,

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from audit.checkpoints import as_entry
 from audit.models import AuditEvent, Checkpoint, SinkPosition
+from audit.services import chain_end
 
 from .base import Sink, entry
 from .http import HecSink, JsonLinesSink
@@ -170,7 +171,7 @@ def lags() -> list[Lag]:
 
 
 def lags_of(sinks: list[Sink]) -> list[Lag]:
-    head = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    head, _ = chain_end()
     names = [sink.name for sink in sinks]
     positions = SinkPosition.objects.in_bulk(names, field_name="name")
     found = []

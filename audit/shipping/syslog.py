@@ -15,9 +15,7 @@ import json
 import socket
 import ssl
 
-from django.conf import settings
-
-from .base import Sink
+from .base import Sink, moment
 
 PRI = 13 * 8 + 6  # facility 13 (log audit), severity 6 (informational)
 ENTERPRISE = 32473  # the private enterprise number kept for examples (RFC 5612)
@@ -31,7 +29,7 @@ def _printable(text: str, limit: int) -> str:
 
 
 def frame(entry: dict, hostname: str) -> bytes:
-    at = entry.get("created_at") or entry.get("at")
+    at = moment(entry)
     kind = entry["type"]
     structured = f'[airlock@{ENTERPRISE} seq="{entry["seq"]}" type="{kind}"]'
     body = json.dumps(entry, sort_keys=True, separators=(",", ":"))
@@ -50,7 +48,6 @@ class SyslogSink(Sink):
     def __init__(self, url: str):
         super().__init__(url)
         self.tls = self.parts.scheme == "syslog+tls"
-        self.hostname = getattr(settings, "WORKER_HOSTNAME", "") or socket.gethostname()
 
     def send(self, entries: list[dict]) -> None:
         sock = socket.create_connection(

@@ -35,12 +35,7 @@ class Command(BaseCommand):
                     "public key above to whoever verifies"
                 )
                 return
-            private = checkpoints.signing_key()
-            if private is None:
-                raise CommandError(
-                    "no signing key: set AUDIT_SIGNING_KEY_FILE "
-                    "(manage.py audit_checkpoint --new-key PATH makes one)"
-                )
+            private = checkpoints.required_signing_key()
             if options["public_key"]:
                 self.stdout.write(checkpoints.public_pem(private.public_key()), ending="")
                 return
