@@ -10,8 +10,12 @@ Django's test client as a signed-in admin: each page
 ``verify_audit``'s rate on the whole chain; a retention pass over output
 older than 30 days; a backup. Prints one table per size, and each page's
 p95 against the smallest size's (the goal: within 2x at 10^6 of 10^4).
+With ``--postgres URL`` (a server's address, e.g. ``postgres://postgres@127.0.0.1:5432``)
+each size gets a fresh database ``airlock_bench_history_<size>`` there instead,
+dropped afterwards.
 
     .venv/bin/python scripts/benchmark_history.py [--sizes 10000,100000,1000000] [--runs 20]
+        [--postgres URL]
 """
 
 from __future__ import annotations
@@ -45,10 +49,32 @@ PAGES = [
 ]
 
 
-def measure_size(size: int, runs: int) -> dict:
+def measure_size(size: int, runs: int, postgres: str | None) -> dict:
     data_dir = Path(tempfile.mkdtemp(prefix=f"airlock-bench-history-{size}-"))
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SQLITE_PATH")}
     env["AIRLOCK_DATA_DIR"] = str(data_dir)
+    if postgres:
+        env["DATABASE_URL"] = fresh_database(postgres, f"airlock_bench_history_{size}")
+        env["SECRET_KEY"] = f"airlock-bench-history-{os.getpid()}"
+    try:
+        return measured(size, runs, env, data_dir)
+    finally:
+        if postgres:
+            fresh_database(postgres, f"airlock_bench_history_{size}", drop_only=True)
+
+
+def fresh_database(server: str, name: str, drop_only: bool = False) -> str:
+    """An empty database ``name`` on ``server`` (dropped first if there); its URL."""
+    import psycopg
+
+    with psycopg.connect(f"{server.rstrip('/')}/postgres", autocommit=True) as db:
+        db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not drop_only:
+            db.execute(f'CREATE DATABASE "{name}"')
+    return f"{server.rstrip('/')}/{name}"
+
+
+def measured(size: int, runs: int, env: dict, data_dir: Path) -> dict:
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True)
     subprocess.run([*manage, "createcachetable"], env=env, check=True)
@@ -118,16 +144,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--postgres", help="a PostgreSQL server's URL (default: SQLite)")
     parser.add_argument("--pages", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pages:
         return pages(args.pages)
     sizes = [int(size) for size in args.sizes.split(",")]
-    results = {size: measure_size(size, args.runs) for size in sizes}
+    results = {size: measure_size(size, args.runs, args.postgres) for size in sizes}
     smallest = results[sizes[0]]["pages"]
     for size in sizes:
         result = results[size]
-        print(f"\n### {size:,} proposals (seeded in {result['seeded']:.0f} s)\n")
+        where = "PostgreSQL" if args.postgres else "SQLite"
+        print(f"\n### {size:,} proposals, {where} (seeded in {result['seeded']:.0f} s)\n")
         print(f"| page | p50 ms | p95 ms | queries | p95 vs {sizes[0]:,} |")
         print("|---|---|---|---|---|")
         for (name, p50, p95, queries), base in zip(result["pages"], smallest, strict=True):
