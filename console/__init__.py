@@ -1,7 +1,7 @@
 """The project package: settings, URLs, the ASGI and Celery apps, ``serve``, the console's shell.
 
 Owns no business logic and no shared infrastructure: it wires the apps
-together (``settings``, ``urls``, ``console_urls``, ``asgi``, ``routing``,
+together (``settings``, read from the environment through ``environment``, ``urls``, ``console_urls``, ``asgi``, ``routing``,
 ``celery``), serves the embedded deployment (``management/commands/serve``)
 with its demo cast (``demo``), and renders the console's shell, its own
 pages (users, audit trail, errors), the audit trail's API for admins'

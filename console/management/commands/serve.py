@@ -24,7 +24,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from console.settings import private_data_dir
+from console.environment import private_data_dir
 from infrastructure.sqlite.checkpoints import BACKSTOP_PAGES, Checkpointer
 
 STOP_GRACE_SECONDS = 10
