@@ -23,6 +23,7 @@ class ApprovalsConfig(AppConfig):
         from approvals.core import tasks as core_tasks  # noqa: F401
         from approvals.notify import outbox as notify_outbox
         from approvals.notify import tasks as notify_tasks  # noqa: F401
+        from approvals.retention import tasks as retention_tasks  # noqa: F401
         from executions.signals import execution_ended
 
         # The layers below never import the notification channels; what they record

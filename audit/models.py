@@ -75,3 +75,21 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint at #{self.seq}"
+
+
+class ChainArchive(models.Model):
+    """Where the chain's archived part ends: rows up to ``through_seq`` left the database for
+    the archive (``RETENTION_AUDIT_DAYS``), and the next row follows ``through_hash``.
+
+    One row (pk 1), written before the rows it covers are deleted. Verifying
+    the database starts after it; ``verify_audit --archive`` checks the
+    archived rows from the first and that they end here.
+    """
+
+    through_seq = models.PositiveBigIntegerField(default=0)
+    through_hash = models.CharField(max_length=64)
+    location = models.CharField(max_length=500)  # the archive it went to, as shown to people
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"archived through #{self.through_seq}"

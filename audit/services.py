@@ -18,7 +18,7 @@ from django.utils import timezone
 from infrastructure.appends import read_under_append_lock
 from infrastructure.prepared import PreparedInsert
 
-from .models import AuditEvent
+from .models import AuditEvent, ChainArchive
 
 GENESIS = "0" * 64
 # Every change reads the chain's end, under the append lock.
@@ -225,25 +225,36 @@ def chain_end() -> tuple[int, str]:
 def verify_chain(batch_size: int = 5000, workers: int = 1) -> ChainReport:
     """Walk the chain in order; report the first edited, inserted or deleted row.
 
-    With ``workers`` above one and a long chain (``PARALLEL_FROM`` rows), the
-    chain is cut into stretches checked by as many processes at once (each
-    with its own connection), and the seams between them checked here: the
-    command line's choice, never a web process's.
+    The walk starts after the chain's archived part (``ChainArchive``: rows
+    moved to the archive, checked by ``archive.verify_archived``), or at the
+    first row. With ``workers`` above one and a long chain
+    (``PARALLEL_FROM`` rows), the chain is cut into stretches checked by as
+    many processes at once (each with its own connection), and the seams
+    between them checked here: the command line's choice, never a web
+    process's.
     """
+    start, prev = ChainArchive.objects.values_list("through_seq", "through_hash").first() or (
+        0,
+        GENESIS,
+    )
     head, _ = chain_end()
-    if workers > 1 and head >= PARALLEL_FROM:
-        step = -(-head // workers)
+    if start and head <= start:  # the chain's end is never archived
+        return ChainReport(False, 0, start + 1, f"row {start + 1} deleted (none after the archive)")
+    rows = head - start
+    if workers > 1 and rows >= PARALLEL_FROM:
+        step = -(-rows // workers)
         bounds = [
-            (start, min(start + step - 1, head), batch_size) for start in range(1, head + 1, step)
+            (first, min(first + step - 1, head), batch_size)
+            for first in range(start + 1, head + 1, step)
         ]
         connection.close()  # not carried into the children
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
             spans = list(pool.map(_span_in_own_process, bounds))
     else:
-        spans = [_verify_span(1, max(head, 1), batch_size)]
-        bounds = [(1, max(head, 1), batch_size)]
-    checked, prev = 0, GENESIS
+        bounds = [(start + 1, max(head, start + 1), batch_size)]
+        spans = [_verify_span(*bounds[0])]
+    checked = 0
     for (first, last, _), span in zip(bounds, spans, strict=True):
         if span.report.checked and span.first_prev != prev:
             problem = f"row {first} does not follow row {first - 1} (inserted or deleted)"
@@ -253,7 +264,7 @@ def verify_chain(batch_size: int = 5000, workers: int = 1) -> ChainReport:
             return ChainReport(
                 False, checked + report.checked, report.first_bad_seq, report.problem
             )
-        if head and span.last_seq != last:
+        if head > start and span.last_seq != last:
             return ChainReport(
                 False,
                 checked + span.report.checked,

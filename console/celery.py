@@ -52,9 +52,9 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "task": "audit.tasks.ship",
             "schedule": float(settings.AUDIT_SHIP_SECONDS),
         }
-    if settings.RETENTION_DAYS:  # whole days only: a pass an hour finds at most one new
+    if settings.RETENTION_DAYS or settings.RETENTION_AUDIT_DAYS:  # a pass an hour: whole days only
         sender.conf.beat_schedule["retain"] = {
-            "task": "executions.retention.tasks.retain",
+            "task": "approvals.retention.tasks.retain",
             "schedule": 3600.0,
         }
     if settings.BACKUP_DIR:

@@ -565,11 +565,26 @@ AUDIT_CHECKPOINT_MINUTES = env_int("AUDIT_CHECKPOINT_MINUTES", 10, minimum=1)
 AUDIT_CHECKPOINT_FILE = env("AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl"))
 
 #: `RETENTION_DAYS` | `0` (keep all) | the output of executions that finished more than this many
-#:   days ago is archived, a day per file, then removed from the database (the audit trail never is)
-#: `RETENTION_ARCHIVE_DIR` | `$AIRLOCK_DATA_DIR/archive` | where: `output/YYYY-MM-DD.jsonl.gz` and a
-#:   `manifest.json` of checksums
+#:   days ago is archived, a day per file, then removed from the database
+#: `RETENTION_PROPOSAL_DAYS` | `RETENTION_DAYS` | finished proposals decided more than this many days
+#:   ago (with their decisions and execution) are archived, then removed; at least `RETENTION_DAYS`
+#:   (a proposal leaves only after its output)
+#: `RETENTION_AUDIT_DAYS` | `0` (keep all) | audit records older than this many days move to the
+#:   archive with the chain's continuity kept (`verify_audit --archive` checks across both); the
+#:   chain's last record and any not yet acknowledged by every audit sink stay
+#: `RETENTION_ARCHIVE` | `$AIRLOCK_DATA_DIR/archive` | where: a directory, or an S3-compatible
+#:   bucket `s3://bucket/prefix?endpoint=https://host:9000&region=R` (credentials as boto3 reads
+#:   them: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, a profile or a role); files
+#:   `<kind>/YYYY-MM-DD.jsonl.gz` and a `manifest.json` of checksums
 RETENTION_DAYS = env_int("RETENTION_DAYS", 0, minimum=0)
-RETENTION_ARCHIVE_DIR = env("RETENTION_ARCHIVE_DIR", str(DATA_DIR / "archive"))
+RETENTION_PROPOSAL_DAYS = env_int("RETENTION_PROPOSAL_DAYS", RETENTION_DAYS, minimum=0)
+if RETENTION_PROPOSAL_DAYS and not 0 < RETENTION_DAYS <= RETENTION_PROPOSAL_DAYS:
+    raise ImproperlyConfigured(
+        f"RETENTION_PROPOSAL_DAYS={RETENTION_PROPOSAL_DAYS} needs RETENTION_DAYS from 1 to it: "
+        "a proposal leaves the database only after its output"
+    )
+RETENTION_AUDIT_DAYS = env_int("RETENTION_AUDIT_DAYS", 0, minimum=0)
+RETENTION_ARCHIVE = env("RETENTION_ARCHIVE", str(DATA_DIR / "archive"))
 #: `BACKUP_DIR` | — | where a worker puts a backup every `BACKUP_EVERY_HOURS` (a directory
 #:   `airlock-…` each, as `manage.py backup` makes); unset, none is scheduled
 #: `BACKUP_EVERY_HOURS` / `BACKUP_KEEP` | `24` / `7` | how often; how many of the newest are kept

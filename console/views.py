@@ -23,7 +23,7 @@ from accounts.access import admin_required
 from accounts.roles import REVIEWERS_GROUP, set_review_rights
 from accounts.stepup import fresh_factor_required
 from approvals.core import tokens
-from audit.models import AuditEvent
+from audit.models import AuditEvent, ChainArchive, Checkpoint
 from audit.services import (
     ChainReport,
     actor_label,
@@ -81,13 +81,25 @@ def end_access(request: HttpRequest, pk: int) -> HttpResponse:
 def audit_trail(request: HttpRequest) -> HttpResponse:
     events = AuditEvent.objects.order_by("-seq")
     page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    last = {}
+    for event in AuditEvent.objects.filter(verb="retention.archived").order_by("-seq")[:30]:
+        last.setdefault(event.data.get("kind", "output"), event)
     retention = {
         "days": settings.RETENTION_DAYS,
-        "archive": settings.RETENTION_ARCHIVE_DIR,
-        "last": AuditEvent.objects.filter(verb="retention.archived").order_by("-seq").first(),
+        "proposal_days": settings.RETENTION_PROPOSAL_DAYS,
+        "audit_days": settings.RETENTION_AUDIT_DAYS,
+        "archive": settings.RETENTION_ARCHIVE,
+        "last": last,
+        "through": ChainArchive.objects.first(),
     }
     chain, whole_at = chain_status()
-    context = {"page": page, "chain": chain, "whole_at": whole_at, "retention": retention}
+    context = {
+        "page": page,
+        "chain": chain,
+        "whole_at": whole_at,
+        "retention": retention,
+        "checkpoint": Checkpoint.objects.order_by("-pk").first(),
+    }
     return render(request, "console/audit.html", context)
 
 

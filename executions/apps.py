@@ -7,4 +7,3 @@ class ExecutionsConfig(AppConfig):
     def ready(self) -> None:
         # Registered in every process, web included: enqueue() finds a task by its name.
         from . import tasks  # noqa: F401
-        from .retention import tasks as retention_tasks  # noqa: F401

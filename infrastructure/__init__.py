@@ -12,7 +12,9 @@ later (``files``), the REST plumbing
 every API shares (``rest``: the error contract, negotiation, serializers) and
 either deployment's backups (``backups/``: SQLite's online copy or
 ``pg_dump`` of a snapshot, checked restores, verification in a scratch place,
-the scheduled ones; ``manage.py backup`` and ``restore``).
+the scheduled ones; ``manage.py backup`` and ``restore``) and the archive
+that retention fills (``archive/``: checked day files in a directory or an
+S3-compatible bucket).
 
 Knows nothing of proposals, executions or people: it may import Django and
 third-party libraries only, never another Airlock package. (The hosts and

@@ -17,15 +17,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from audit.services import record
 from executions.choices import TERMINAL
 from executions.models import Execution, OutputChunk
+from infrastructure.archive import Archive, cutoff, delete_batched
 
-from .archive import Archive
-
+KIND = "output"  # the archive's output/YYYY-MM-DD.jsonl.gz
 BATCH = 1000  # chunk rows per DELETE: each one a short write transaction
 EXECUTIONS_PER_READ = 200
 
@@ -41,8 +41,7 @@ class Summary:
 
 def cutoff_for(days: int, now: datetime | None = None) -> datetime:
     """Midnight (UTC) ``days`` days ago: what finished before it is due."""
-    now = (now or timezone.now()).astimezone(UTC)
-    return datetime.combine(now.date() - timedelta(days=days), datetime.min.time(), tzinfo=UTC)
+    return cutoff(days, now or timezone.now())
 
 
 def due():
@@ -55,7 +54,7 @@ def run(days: int, archive: Archive, now: datetime | None = None) -> Summary:
     started = time.monotonic()
     summary = Summary(cutoff=cutoff_for(days, now))
     for day, ids in _days(summary.cutoff):
-        entry = archive.write_day(day, _lines(ids))
+        entry = archive.write_day(KIND, day, _lines(ids), merged)
         deleted = _delete_chunks(ids)
         archived_at = timezone.now()
         for start in range(0, len(ids), EXECUTIONS_PER_READ):  # within any database's parameters
@@ -141,20 +140,37 @@ def _lines(ids: list[int]) -> Iterator[dict]:
 
 def _delete_chunks(ids: list[int]) -> int:
     """Delete the executions' chunks, ``BATCH`` rows per statement and transaction."""
-    table = connection.ops.quote_name(OutputChunk._meta.db_table)
     deleted = 0
     for start in range(0, len(ids), EXECUTIONS_PER_READ):
         batch = ids[start : start + EXECUTIONS_PER_READ]
-        while True:
-            chunk_ids = list(
-                OutputChunk.objects.filter(execution_id__in=batch)
-                .order_by()
-                .values_list("pk", flat=True)[:BATCH]
-            )
-            if not chunk_ids:
-                break
-            marks = ", ".join(["%s"] * len(chunk_ids))
-            with connection.cursor() as cursor:  # autocommit: one short transaction
-                cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks})", chunk_ids)
-            deleted += len(chunk_ids)
+        deleted += delete_batched(OutputChunk.objects.filter(execution_id__in=batch), BATCH)
     return deleted
+
+
+def merged(kept: list[dict], new, seen: set | None = None):
+    """The new lines, then the kept ones they do not name; each execution once.
+
+    An execution in both (a pass stopped after deleting part of its chunks)
+    keeps every chunk either holds, in order.
+    """
+    seen = set() if seen is None else seen
+    earlier = {line["execution_id"]: line for line in kept}
+    for line in new:
+        pk = line["execution_id"]
+        seen.add(pk)
+        if pk in earlier:
+            chunks = {chunk[0]: chunk for chunk in earlier[pk]["chunks"]}
+            chunks.update({chunk[0]: chunk for chunk in line["chunks"]})
+            line = {**line, "chunks": [chunks[seq] for seq in sorted(chunks)]}
+        yield line
+    for line in kept:
+        if line["execution_id"] not in seen:
+            yield line
+
+
+def output_of(archive: Archive, execution: Execution) -> dict | None:
+    """The archived line of ``execution`` (its chunks), or None if the archive lacks it."""
+    day = execution.finished_at.astimezone(UTC).date()
+    return next(
+        (line for line in archive.lines(KIND, day) if line["execution_id"] == execution.pk), None
+    )

@@ -8,12 +8,13 @@ import time
 import pytest
 from django.core.cache import cache
 from django.urls import reverse
+from django.utils import timezone
 
 from accounts.roles import is_reviewer
 from approvals.models import Agent, hash_token
 from approvals.policy.models import PolicyVersion
 from approvals.policy.rules import DEFAULT_POLICY, current_policy
-from audit.models import AuditEvent
+from audit.models import AuditEvent, ChainArchive, Checkpoint
 from audit.services import record
 from console.views import CHAIN_KEY, FULL_CHECK_SECONDS
 from tests.conftest import client_for
@@ -229,15 +230,27 @@ def test_the_audit_trail_shows_the_chain_status(admin_client_, agent):
 
 @pytest.mark.django_db
 def test_the_audit_trail_says_what_retention_keeps_and_its_last_pass(admin_client_, settings):
-    settings.RETENTION_DAYS = 0
+    settings.RETENTION_DAYS = settings.RETENTION_PROPOSAL_DAYS = settings.RETENTION_AUDIT_DAYS = 0
     html = admin_client_.get(reverse("console:audit")).content.decode()
-    assert "everything is kept" in html
-    settings.RETENTION_DAYS, settings.RETENTION_ARCHIVE_DIR = 90, "/srv/airlock-archive"
+    said = html.split('id="retention"')[1].split("</div>")[0]
+    assert "kept (<code>RETENTION_DAYS</code> unset)" in said and "kept in the database" in said
+    assert "No signed checkpoint yet" in html
+    settings.RETENTION_DAYS, settings.RETENTION_ARCHIVE = 90, "s3://airlock/archive"
+    settings.RETENTION_PROPOSAL_DAYS, settings.RETENTION_AUDIT_DAYS = 365, 400
     record("system", "retention.archived", None, day="2026-08-01", executions=12, chunks=3400)
+    record("system", "retention.archived", None, kind="proposals", day="2026-01-02", proposals=7)
+    ChainArchive.objects.create(through_seq=41, through_hash="0" * 64, location="s3://airlock/a")
+    Checkpoint.objects.create(
+        seq=2, hash="1" * 64, created_at=timezone.now(), key_id="k1", signature=""
+    )
     html = admin_client_.get(reverse("console:audit")).content.decode()
-    line = html.split('id="retention"')[1].split("</p>")[0]
-    assert "more than 90 days ago is archived to <code>/srv/airlock-archive</code>" in line
-    assert "last archived 2026-08-01 (12 executions, 3400 chunks)" in line
+    said = html.split('id="retention"')[1].split("</div>")[0]
+    assert "to <code>s3://airlock/archive</code>" in said
+    assert "after 90 days; last archived 2026-08-01 (12 executions, 3400 chunks)" in said
+    assert "removed 365 days after their decision; last archived 2026-01-02 (7 proposals)" in said
+    assert "moved to the archive after 400 days" in said
+    assert "events 1–41 are in <code>s3://airlock/a</code>" in said
+    assert "Last signed checkpoint: event 2" in html and "<code>k1</code>" in html
 
 
 @pytest.mark.django_db

@@ -11,14 +11,14 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from approvals.retention.tasks import RETAIN
 from audit.models import AuditEvent
 from audit.services import verify_chain
 from console.celery import _schedule_periodic_tasks
 from executions.choices import ExecutionStatus
 from executions.models import Execution, OutputChunk
 from executions.retention import prune
-from executions.retention.archive import Archive
-from executions.retention.tasks import RETAIN
+from infrastructure.archive import Archive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -46,8 +46,8 @@ def finished(days_ago: float, lines: int = 3, status=ExecutionStatus.SUCCEEDED) 
 
 @pytest.fixture
 def archive(tmp_path, settings):
-    settings.RETENTION_ARCHIVE_DIR = str(tmp_path / "archive")
-    return Archive(tmp_path / "archive")
+    settings.RETENTION_ARCHIVE = str(tmp_path / "archive")
+    return Archive(str(tmp_path / "archive"))
 
 
 def chunks_of(execution: Execution) -> list:
@@ -71,7 +71,9 @@ def test_old_output_is_archived_a_day_per_file_then_removed(archive):
         execution.refresh_from_db()
         assert execution.output_archived_at is not None and not execution.chunks.exists()
         day = execution.finished_at.date()
-        [line] = [line for line in archive.lines(day) if line["execution_id"] == execution.pk]
+        [line] = [
+            line for line in archive.lines("output", day) if line["execution_id"] == execution.pk
+        ]
         assert [tuple(c[:3]) for c in line["chunks"]] == before[execution.pk]
     for kept in (recent, running):
         assert kept.chunks.count() == 3 and not Execution.objects.get(pk=kept.pk).output_archived_at
@@ -87,13 +89,15 @@ def test_old_output_is_archived_a_day_per_file_then_removed(archive):
 def test_a_pass_stopped_half_way_loses_nothing(archive):
     first, second = finished(10.1), finished(10.2)
     # A pass wrote the day with the first, deleted its chunks and stopped.
-    archive.write_day(first.finished_at.date(), prune._lines([first.pk]))
+    archive.write_day("output", first.finished_at.date(), prune._lines([first.pk]), prune.merged)
     first_chunks = chunks_of(first)
     OutputChunk.objects.filter(execution=first).delete()
 
     prune.run(3, archive, now=NOW)
 
-    lines = {line["execution_id"]: line for line in archive.lines(first.finished_at.date())}
+    lines = {
+        line["execution_id"]: line for line in archive.lines("output", first.finished_at.date())
+    }
     assert set(lines) == {first.pk, second.pk}
     assert [tuple(c[:3]) for c in lines[first.pk]["chunks"]] == first_chunks
 
@@ -108,7 +112,7 @@ def test_an_archived_output_reads_back_and_a_corrupt_file_is_named(archive, caps
     call_command("retention", "--check")
     assert "archive intact: 1 files match their checksums" in capsys.readouterr().out
 
-    path = archive.root / "output" / f"{execution.finished_at.date()}.jsonl.gz"
+    path = archive.store.root / "output" / f"{execution.finished_at.date()}.jsonl.gz"
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     path.write_bytes(bytes(raw))
@@ -122,13 +126,15 @@ def test_an_archived_output_reads_back_and_a_corrupt_file_is_named(archive, caps
 
 def test_the_command_prunes_only_when_told_how_long_to_keep(archive, settings, capsys):
     settings.RETENTION_DAYS = 0
-    with pytest.raises(CommandError, match="RETENTION_DAYS is 0 .*pass --days N"):
+    with pytest.raises(
+        CommandError, match="RETENTION_DAYS and RETENTION_AUDIT_DAYS are 0 .*pass --days N"
+    ):
         call_command("retention")
     old = finished((timezone.now() - NOW).days + 40)
-    with pytest.raises(CommandError, match="--days must be 0 or more"):
+    with pytest.raises(CommandError, match="--days and --audit-days must be 0 or more"):
         call_command("retention", "--days", "-1")
     call_command("retention", "--days", "30")
-    assert "(1 executions, 3 chunks)" in capsys.readouterr().out
+    assert "1 executions, 3 chunks archived and removed" in capsys.readouterr().out
     assert not old.chunks.exists()
     with pytest.raises(CommandError, match="in the database, not archived"):
         call_command("retention", "--output", str(finished(0).pk))
@@ -147,7 +153,7 @@ def test_beat_runs_a_pass_an_hour_only_when_retention_is_set(archive, settings):
 def test_archive_files_are_plain_gzip_json_lines(archive):
     execution = finished(10)
     prune.run(3, archive, now=NOW)
-    path = archive.root / "output" / f"{execution.finished_at.date()}.jsonl.gz"
+    path = archive.store.root / "output" / f"{execution.finished_at.date()}.jsonl.gz"
     with gzip.open(path, "rt") as handle:
         [line] = [json.loads(text) for text in handle]
     assert line["execution_id"] == execution.pk and line["status"] == "succeeded"
@@ -174,7 +180,7 @@ def test_thousands_of_executions_over_several_days_are_each_archived_once(archiv
     archived = [
         line["execution_id"]
         for day in summary.days
-        for line in archive.lines(datetime.fromisoformat(day["day"]).date())
+        for line in archive.lines("output", datetime.fromisoformat(day["day"]).date())
     ]
     assert sorted(archived) == sorted(e.pk for e in made)  # each once
     assert not OutputChunk.objects.exists()
