@@ -13,6 +13,7 @@ class ApprovalsConfig(AppConfig):
         from approvals.gateway import models as gateway_models  # noqa: F401
         from approvals.notify import models as notify_models  # noqa: F401
         from approvals.policy import models as policy_models  # noqa: F401
+        from approvals.review import models as review_models  # noqa: F401
 
     def ready(self) -> None:
         from django.db.models.signals import post_migrate

@@ -38,7 +38,7 @@ PAGES = [
     ("queue", "/queue/"),
     ("history", "/history/"),
     ("history, filtered", "/history/?status=approved&action=script.execute&agent=seed-agent-1"),
-    ("history, page 50", "/history/?page=50"),
+    ("history, page 20", "/history/?page=20"),
     ("overview", "/overview/"),
     ("a proposal", "/proposals/{proposal}/"),
     ("audit trail", "/manage/audit/"),

@@ -20,6 +20,7 @@ from django.db.models import Q
 
 from approvals.choices import TERMINAL
 from approvals.models import Decision, Proposal
+from approvals.review.overview import forget_tallies
 from audit.services import record
 from executions.models import Execution
 from infrastructure.archive import Archive, cutoff
@@ -73,6 +74,7 @@ def run(days: int, archive: Archive, now: datetime) -> Summary:
                 )
                 Proposal.objects.filter(pk__in=batch).delete()
                 Execution.objects.filter(pk__in=executions).delete()
+        forget_tallies()  # the overview's settled days lost proposals
         with transaction.atomic():
             record("system", "retention.archived", None, kind=KIND, day=day.isoformat(),
                    proposals=len(ids), file=entry["file"], sha256=entry["sha256"])  # fmt: skip

@@ -365,6 +365,25 @@ def test_history_is_paginated(reviewer_client, some_history):
 
 
 @pytest.mark.django_db
+def test_a_long_history_is_counted_only_as_far_as_it_is_paged(
+    reviewer_client, some_history, monkeypatch
+):
+    from approvals.review.paging import CappedPaginator
+
+    total = Proposal.objects.count()
+    monkeypatch.setattr(CappedPaginator, "CAP", 60)
+    url = reverse("console:history")
+    html = reviewer_client.get(url, {"page": 2}).content.decode()
+    assert "More than 60 proposals: the newest 60 are paged here" in html
+    assert "page 2 of 2+" in html and html.count('id="history-row-') == 10
+    html = reviewer_client.get(url, {"page": 9}).content.decode()  # past the cap: the last page
+    assert "page 2 of 2+" in html
+    monkeypatch.setattr(CappedPaginator, "CAP", total)
+    html = reviewer_client.get(url).content.decode()
+    assert f"{total} proposals" in html and "More than" not in html
+
+
+@pytest.mark.django_db
 def test_the_history_page_query_uses_an_index(some_history):
     if connection.vendor != "sqlite":
         pytest.skip("the plan text is SQLite's")

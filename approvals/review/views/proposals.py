@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -24,6 +23,7 @@ from approvals.choices import DecisionKind
 from approvals.core import services
 from approvals.models import Agent, Decision, Proposal
 from approvals.review import charts, forms, overview
+from approvals.review.paging import CappedPaginator
 
 QUEUE_LIMIT = 200
 HISTORY_PAGE_SIZE = 50
@@ -226,7 +226,7 @@ def history_page(params):
     queryset = form.apply(
         Proposal.objects.select_related("agent", "execution").order_by("-created_at", "-pk")
     )
-    return form, Paginator(queryset, HISTORY_PAGE_SIZE).get_page(params.get("page"))
+    return form, CappedPaginator(queryset, HISTORY_PAGE_SIZE).get_page(params.get("page"))
 
 
 @reviewer_required

@@ -3,7 +3,8 @@
     manage.py seed_history 1000000 [--days 365] [--chunks 3] [--add]
 
 N proposals spread evenly over the last ``--days`` days by three agents and
-three kinds of action: 1 % still pending, 70 % approved with an execution
+three kinds of action: 1 % left unreviewed (waiting if proposed within the
+review timeout, an hour; expired by the sweep before that), 70 % approved with an execution
 that ran (9 in 10 succeeded) and its output (``--chunks`` chunks), 15 %
 rejected by a reviewer, 10 % expired, 4 % denied by policy; a reviewer's
 decision for each one reviewed; and the audit records such a history makes
@@ -29,6 +30,7 @@ from django.utils import timezone
 
 from approvals.choices import ProposalStatus
 from approvals.models import Agent, Decision, Proposal
+from approvals.review.overview import forget_tallies
 from audit.models import AuditEvent
 from audit.services import _CHAIN_END, GENESIS, _digester
 from executions.models import Execution, OutputChunk
@@ -53,6 +55,7 @@ SHARES = [
     (ProposalStatus.DENIED, 4),
 ]
 STATUS_OF = [status for status, share in SHARES for _ in range(share)]
+REVIEW_TIMEOUT = timedelta(minutes=60)  # the policy's default
 SEEDED = [Execution, OutputChunk, Proposal, Decision, AuditEvent]
 
 
@@ -82,6 +85,7 @@ class Command(BaseCommand):
         step = timedelta(seconds=days * 86400 / count)
         started = time.monotonic()
         self._prepare()
+        self.now = timezone.now()
         for first in range(0, count, BATCH):
             with transaction.atomic():
                 self._chain_end()
@@ -91,6 +95,7 @@ class Command(BaseCommand):
         with connection.cursor() as cursor:  # PostgreSQL's sequences past the ids given here
             for sql in connection.ops.sequence_reset_sql(no_style(), SEEDED):
                 cursor.execute(sql)
+            forget_tallies()  # the overview's settled days were written into
             if connection.vendor == "postgresql":  # what autovacuum would soon do: fresh statistics
                 cursor.execute("ANALYZE")
         self.stdout.write(f"seeded {count} proposals in {time.monotonic() - started:.0f} s")
@@ -141,6 +146,9 @@ class Command(BaseCommand):
             action, parameters, summary = ACTIONS[kind]
             status = STATUS_OF[(i * 37) % 100]
             created = start + step * i
+            expired = status == ProposalStatus.PENDING and created + REVIEW_TIMEOUT <= self.now
+            if expired:  # past its review timeout: the sweep expired it
+                status = ProposalStatus.EXPIRED
             agent = agents[i % 3]
             execution_id = None
             if status == ProposalStatus.APPROVED:
@@ -161,6 +169,8 @@ class Command(BaseCommand):
                     )  # fmt: skip
             proposal_id = ids["proposal"] = ids["proposal"] + 1
             decided = None if status == ProposalStatus.PENDING else created + step / 2
+            if expired:
+                decided = created + REVIEW_TIMEOUT
             proposals.add(
                 proposal_id, agent.pk, action, self.json[("parameters", kind)], summary,
                 f"routine check {i}", status, (i * 7) % 11, self.json["reasons"],
