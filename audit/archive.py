@@ -65,22 +65,22 @@ def run(days: int, archive: Archive, now: datetime | None = None) -> Summary:
     _delete_through(archived_through()[0])  # what a stopped pass left behind
     limit = movable_through()
     while True:
+        # The chain is walked by seq alone (its times follow it): the next record, and the
+        # first one of the day after its day, bound the day's records.
         start, _ = archived_through()
-        first = (
-            AuditEvent.objects.filter(seq__gt=start, seq__lte=limit, created_at__lt=summary.cutoff)
-            .order_by("seq")
-            .values_list("seq", "created_at")
-            .first()
-        )
-        if first is None:
+        first = AuditEvent.objects.filter(seq__gt=start).order_by("seq")
+        first = first.values_list("seq", "created_at").first()
+        if first is None or first[0] > limit or first[1] >= summary.cutoff:
             break
         day = first[1].astimezone(UTC).date()
         end = min(
             summary.cutoff,
             datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC),
         )
-        rows = AuditEvent.objects.filter(seq__gt=start, seq__lte=limit, created_at__lt=end)
-        last = rows.order_by("-seq").values_list("seq", "hash").first()
+        after = AuditEvent.objects.filter(seq__gt=start, created_at__gte=end).order_by("seq")
+        after = after.values_list("seq", flat=True).first()
+        through = min(limit, after - 1 if after else limit)
+        last = (through, AuditEvent.objects.values_list("hash", flat=True).get(seq=through))
         entry = archive.write_day(KIND, day, _lines(start, last[0]), _by_seq)
         with transaction.atomic():
             ChainArchive.objects.update_or_create(

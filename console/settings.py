@@ -584,7 +584,7 @@ if RETENTION_PROPOSAL_DAYS and not 0 < RETENTION_DAYS <= RETENTION_PROPOSAL_DAYS
         "a proposal leaves the database only after its output"
     )
 RETENTION_AUDIT_DAYS = env_int("RETENTION_AUDIT_DAYS", 0, minimum=0)
-RETENTION_ARCHIVE = env("RETENTION_ARCHIVE", str(DATA_DIR / "archive"))
+RETENTION_ARCHIVE = env("RETENTION_ARCHIVE") or str(DATA_DIR / "archive")
 #: `BACKUP_DIR` | — | where a worker puts a backup every `BACKUP_EVERY_HOURS` (a directory
 #:   `airlock-…` each, as `manage.py backup` makes); unset, none is scheduled
 #: `BACKUP_EVERY_HOURS` / `BACKUP_KEEP` | `24` / `7` | how often; how many of the newest are kept

@@ -81,9 +81,11 @@ def end_access(request: HttpRequest, pk: int) -> HttpResponse:
 def audit_trail(request: HttpRequest) -> HttpResponse:
     events = AuditEvent.objects.order_by("-seq")
     page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
-    last = {}
-    for event in AuditEvent.objects.filter(verb="retention.archived").order_by("-seq")[:30]:
-        last.setdefault(event.data.get("kind", "output"), event)
+    passes = AuditEvent.objects.filter(verb="retention.archived").order_by("-seq")
+    last = {
+        "output": passes.filter(data__kind__isnull=True).first(),  # the output's name no kind
+        "proposals": passes.filter(data__kind="proposals").first(),
+    }
     retention = {
         "days": settings.RETENTION_DAYS,
         "proposal_days": settings.RETENTION_PROPOSAL_DAYS,

@@ -2,15 +2,18 @@
 """Benchmark a retention pass against the hot path's writes, on the embedded SQLite.
 
 A fresh data dir holds ``--executions`` finished executions of ``--chunks``
-output chunks each, finished 40 days ago (seeded in bulk). A writer process
-appends output as a running execution does (a chunk and an audit record per
-transaction, one after another) for ``--seconds``: first alone (the
-baseline), then while ``manage.py retention --days 30`` archives and deletes
-everything seeded. Prints the writer's p50, p99 and worst latency in both
+output chunks each, finished 40 days ago (seeded in bulk), and a history of
+``--proposals`` proposals over 120 days (``seed_history``: decisions,
+executions, audit records). A writer process appends output as a running
+execution does (a chunk and an audit record per transaction, one after
+another) for ``--seconds``: first alone (the baseline), then while
+``manage.py retention --days 30 --audit-days 30`` archives and deletes what
+is older: output, then proposals, then audit records. Prints the writer's p50, p99 and worst latency in both
 phases, and the pass's throughput. The goal: no write stalled behind
 retention for more than 100 ms.
 
-    .venv/bin/python scripts/benchmark_retention.py [--executions 2000] [--chunks 50] [--seconds 8]
+    .venv/bin/python scripts/benchmark_retention.py [--executions 2000] [--chunks 50]
+        [--proposals 20000] [--seconds 8]
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--executions", type=int, default=2000)
     parser.add_argument("--chunks", type=int, default=50)
+    parser.add_argument("--proposals", type=int, default=20000)
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--writer", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)
@@ -124,6 +128,10 @@ def main() -> None:
     _django(data_dir)
     started = time.monotonic()
     seed(args.executions, args.chunks)
+    subprocess.run(
+        [*manage, "seed_history", str(args.proposals), "--days", "120"], env=env, check=True,
+        capture_output=True,
+    )  # fmt: skip
     total = args.executions * args.chunks
     print(
         f"seeded {args.executions} executions, {total} chunks in {time.monotonic() - started:.1f} s"
@@ -135,7 +143,10 @@ def main() -> None:
     during = _write_for(data_dir, args.seconds)
     time.sleep(0.5)
     started = time.monotonic()
-    subprocess.run([*manage, "retention", "--days", "30"], env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        [*manage, "retention", "--days", "30", "--audit-days", "30"],
+        env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
     took = time.monotonic() - started
     loaded = json.loads(during.communicate()[0])
 
@@ -146,11 +157,13 @@ def main() -> None:
     print(_row("while retention archives and deletes", loaded))
     print()
     print(
-        f"retention pass: {total} chunks of {args.executions} executions archived and deleted in "
-        f"{took:.1f} s ({total / took:,.0f} chunks/s, the command's start included); "
-        f"worst write {max(loaded):.1f} ms against {max(baseline):.1f} ms alone, "
+        f"seeded: {total} chunks of {args.executions} chatty executions and a history of "
+        f"{args.proposals} proposals; the pass took {took:.1f} s (the command's start "
+        f"included); worst write {max(loaded):.1f} ms against {max(baseline):.1f} ms alone, "
         f"p99 {percentile(loaded, 0.99) / percentile(baseline, 0.99):.2f}x"
     )
+    for line in done.stdout.strip().splitlines():
+        print(f"- {line}")
 
 
 if __name__ == "__main__":

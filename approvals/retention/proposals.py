@@ -1,4 +1,4 @@
-"""Finished proposals archived a day per file (``proposals/YYYY-MM-DD.jsonl.gz``), then deleted.
+"""Finished proposals archived a file per day proposed (``proposals/YYYY-MM-DD.jsonl.gz``), then deleted.
 
 Due: a proposal decided (approved, rejected, denied, expired) before the
 cutoff whose execution, if it had one, finished and had its output archived
@@ -47,8 +47,9 @@ def run(days: int, archive: Archive, now: datetime) -> Summary:
     summary = Summary(cutoff=cutoff(days, now))
     done: set[date] = set()
     while True:
+        # By the day proposed, read along the created_at index (decided_at has none).
         oldest = (
-            due(summary.cutoff).order_by("decided_at").values_list("decided_at", flat=True).first()
+            due(summary.cutoff).order_by("created_at").values_list("created_at", flat=True).first()
         )
         if oldest is None:
             return summary
@@ -59,10 +60,10 @@ def run(days: int, archive: Archive, now: datetime) -> Summary:
             )
         done.add(day)
         start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
-        end = min(start + timedelta(days=1), summary.cutoff)
-        ids = list(
-            due(end).filter(decided_at__gte=start).order_by("pk").values_list("pk", flat=True)
+        ids = due(summary.cutoff).filter(
+            created_at__gte=start, created_at__lt=start + timedelta(days=1)
         )
+        ids = list(ids.order_by("pk").values_list("pk", flat=True))
         entry = archive.write_day(KIND, day, _lines(ids), _by_id)
         for first in range(0, len(ids), PER_BATCH):
             batch = ids[first : first + PER_BATCH]
