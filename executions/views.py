@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -28,7 +29,11 @@ def status_context(execution: Execution, error: str = "") -> dict:
 
 @reviewer_required
 def execution_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    execution = execution_for_page(pk)
+    try:
+        execution = execution_for_page(pk)
+    except Http404:  # left with its proposal: its output may be in the archive
+        archived = f"manage.py retention --output {pk}" if settings.RETENTION_PROPOSAL_DAYS else ""
+        return render(request, "console/404.html", {"archived": archived}, status=404)
     output = "".join(execution.chunks.order_by("seq").values_list("data", flat=True)[:2000])[
         :NOSCRIPT_CHARS
     ]

@@ -8,7 +8,8 @@ executions, audit records). A writer process appends output as a running
 execution does (a chunk and an audit record per transaction, one after
 another) for ``--seconds``: first alone (the baseline), then while
 ``manage.py retention --days 30 --audit-days 30`` archives and deletes what
-is older: output, then proposals, then audit records. Prints the writer's p50, p99 and worst latency in both
+is older: output, then proposals, then audit records; then while
+``manage.py backup`` copies the database (before the pass, so all of it). Prints the writer's p50, p99 and worst latency in both
 phases, and the pass's throughput. The goal: no write stalled behind
 retention for more than 100 ms.
 
@@ -140,6 +141,15 @@ def main() -> None:
     alone = _write_for(data_dir, args.seconds)
     baseline = json.loads(alone.communicate()[0])
 
+    copying = _write_for(data_dir, args.seconds)
+    time.sleep(0.5)
+    started = time.monotonic()
+    subprocess.run(
+        [*manage, "backup", str(data_dir / "backup")], env=env, check=True, capture_output=True
+    )
+    backup_took = time.monotonic() - started
+    backed_up = json.loads(copying.communicate()[0])
+
     during = _write_for(data_dir, args.seconds)
     time.sleep(0.5)
     started = time.monotonic()
@@ -155,6 +165,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     print(_row("alone (baseline)", baseline))
     print(_row("while retention archives and deletes", loaded))
+    print(_row("while a backup copies the database", backed_up))
     print()
     print(
         f"seeded: {total} chunks of {args.executions} chatty executions and a history of "
@@ -164,6 +175,10 @@ def main() -> None:
     )
     for line in done.stdout.strip().splitlines():
         print(f"- {line}")
+    print(
+        f"backup: {backup_took:.1f} s; worst write {max(backed_up):.1f} ms, "
+        f"p99 {percentile(backed_up, 0.99) / percentile(baseline, 0.99):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -221,3 +221,25 @@ def test_the_command_runs_every_kind(archive, agent, reviewer, settings, capsys)
     assert "moved to the archive (the chain continues from #" in out
     call_command("retention", "--check")
     assert "archive intact" in capsys.readouterr().out
+
+
+def test_the_page_of_an_archived_proposal_says_where_it_went(archive, agent, reviewer, settings):
+    from django.test import Client
+
+    from tests.conftest import with_fresh_factor
+
+    old = decided(agent, reviewer, 40)
+    execution_id = old.execution_id
+    passes.run(passes.Keep(output=30, proposals=30, audit=None), archive, now=NOW)
+    client = Client()
+    client.force_login(reviewer)
+    client = with_fresh_factor(client, reviewer)
+    settings.RETENTION_PROPOSAL_DAYS = 30
+    page = client.get(f"/proposals/{old.pk}/")
+    assert page.status_code == 404
+    assert f"manage.py retention --proposal {old.pk}" in page.content.decode()
+    page = client.get(f"/executions/{execution_id}/")
+    assert page.status_code == 404
+    assert f"manage.py retention --output {execution_id}" in page.content.decode()
+    settings.RETENTION_PROPOSAL_DAYS = 0
+    assert "archived-hint" not in client.get(f"/proposals/{old.pk}/").content.decode()

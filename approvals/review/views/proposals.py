@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Prefetch
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -125,7 +126,13 @@ def proposal_context(proposal: Proposal, user, error: str = "") -> dict:
 
 @reviewer_required
 def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    proposal = proposal_for_page(pk)
+    try:
+        proposal = proposal_for_page(pk)
+    except Http404:
+        archived = (
+            f"manage.py retention --proposal {pk}" if settings.RETENTION_PROPOSAL_DAYS else ""
+        )
+        return render(request, "console/404.html", {"archived": archived}, status=404)
     context = {
         **proposal_context(proposal, request.user),
         "code_blocks": highlighted(proposal),
