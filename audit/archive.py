@@ -144,6 +144,9 @@ def verify_archived(archive: Archive) -> ChainReport:
             if not hmac.compare_digest(computed, line["hash"]):
                 return ChainReport(False, checked, seq, f"archived row {seq} was edited")
             expected_seq, prev, checked = seq + 1, line["hash"], checked + 1
+    if expected_seq - 1 == through[0] and prev != through[1]:
+        problem = f"archived row {through[0]} is not the one the database goes on from"
+        return ChainReport(False, checked - 1, through[0], problem)
     if (expected_seq - 1, prev) != through:
         return ChainReport(
             False, checked, expected_seq,

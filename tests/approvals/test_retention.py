@@ -243,3 +243,67 @@ def test_the_page_of_an_archived_proposal_says_where_it_went(archive, agent, rev
     assert f"manage.py retention --output {execution_id}" in page.content.decode()
     settings.RETENTION_PROPOSAL_DAYS = 0
     assert "archived-hint" not in client.get(f"/proposals/{old.pk}/").content.decode()
+
+
+def test_checkpoints_older_than_the_database_part_are_proved_against_the_archive(
+    archive, tmp_path, settings, capsys
+):
+    from audit import checkpoints
+
+    settings.AUDIT_SIGNING_KEY_FILE = str(tmp_path / "signing.pem")
+    settings.AUDIT_CHECKPOINT_FILE = str(tmp_path / "checkpoints.jsonl")
+    (tmp_path / "public.pem").write_text(
+        checkpoints.public_pem(checkpoints.new_key(tmp_path / "signing.pem"))
+    )
+    audit_history()
+    early = checkpoints.sign_head()  # signed before the records it names are moved
+    with transaction.atomic():
+        record("system", "test.later")
+    audit_archive.run(0, archive, now=timezone.now() + timedelta(days=2))  # all but the end
+    assert early.seq <= audit_archive.archived_through()[0]
+    args = ["--checkpoints", str(tmp_path / "checkpoints.jsonl"), "--public-key",
+            str(tmp_path / "public.pem")]  # fmt: skip
+    with pytest.raises(CommandError, match="name rows moved to the archive: pass --archive"):
+        call_command("verify_audit", *args)
+    call_command("verify_audit", *args, "--archive")
+    assert "checkpoints hold: 1 signed" in capsys.readouterr().out
+
+    # Someone with the database, the archive and the chain's key rewrites the archived row the
+    # checkpoint names and everything after it: the chain verifies, the checkpoint does not.
+    import gzip
+    import json
+
+    from audit.services import _digester
+    from infrastructure.files import sha256_of
+
+    digest, prev = _digester(settings.SECRET_KEY), None
+    for day in archive.days("audit"):
+        name = archive.name("audit", day)
+        lines = list(archive.lines("audit", day))
+        if not any(line["seq"] >= early.seq for line in lines):
+            prev = lines[-1]["hash"]
+            continue
+        for line in lines:
+            if line["seq"] >= early.seq:
+                if line["seq"] == early.seq:
+                    line["data"] = {"n": "rewritten"}
+                line["prev_hash"] = prev
+                line["hash"] = digest(prev, line["seq"], line["created_at"], line["actor"],
+                                      line["verb"], line["object_type"], line["object_id"],
+                                      line["data"])  # fmt: skip
+            prev = line["hash"]
+        path = archive.store.root / name
+        with gzip.open(path, "wt") as out:
+            out.writelines(json.dumps(line) + "\n" for line in lines)
+        manifest = archive.manifest()
+        manifest["files"][name]["sha256"] = sha256_of(path)
+        archive.store.write_bytes("manifest.json", json.dumps(manifest).encode())
+    ChainArchive.objects.update(through_hash=prev)
+    for event in AuditEvent.objects.order_by("seq"):
+        event.prev_hash = prev
+        event.hash = prev = digest(prev, event.seq, event.created_at.isoformat(), event.actor,
+                                   event.verb, event.object_type, event.object_id, event.data)  # fmt: skip
+        event.save(update_fields=["prev_hash", "hash"])
+    call_command("verify_audit", "--archive")  # the rewritten chain holds together
+    with pytest.raises(CommandError, match=f"row {early.seq} is not the one signed"):
+        call_command("verify_audit", *args, "--archive")
