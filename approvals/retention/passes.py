@@ -7,9 +7,11 @@ database when the next pass looks. Each part says what it moved.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.core.cache import cache
 from django.utils import timezone
 
 from audit import archive as audit_archive
@@ -28,8 +30,27 @@ class Keep:
     audit: int | None
 
 
+class Busy(Exception):
+    """Another pass is running (a worker's, or a command's)."""
+
+
+# One pass at a time over the whole deployment: two would write one day's file and the
+# manifest at once. Held in the shared cache, for at most as long as a pass may take.
+LOCK, LOCK_SECONDS = "retention:pass", 6 * 3600
+
+
 def run(keep: Keep, archive: Archive, now: datetime | None = None) -> list[str]:
-    now = now or timezone.now()
+    token = uuid.uuid4().hex
+    if not cache.add(LOCK, token, LOCK_SECONDS):
+        raise Busy("another retention pass is running; try again when it has finished")
+    try:
+        return _run(keep, archive, now or timezone.now())
+    finally:
+        if cache.get(LOCK) == token:
+            cache.delete(LOCK)
+
+
+def _run(keep: Keep, archive: Archive, now: datetime) -> list[str]:
     said = []
     if keep.output is not None:
         done = prune.run(keep.output, archive, now=now)
@@ -46,6 +67,6 @@ def run(keep: Keep, archive: Archive, now: datetime | None = None) -> list[str]:
         done = audit_archive.run(keep.audit, archive, now)
         said.append(
             f"audit records before {done.cutoff:%Y-%m-%d}: {done.records} moved to the archive "
-            f"(the chain continues from #{audit_archive.archived_through()[0]})"
+            f"(the database's part now starts after #{audit_archive.archived_through()[0]})"
         )
     return said

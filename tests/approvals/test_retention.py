@@ -218,7 +218,7 @@ def test_the_command_runs_every_kind(archive, agent, reviewer, settings, capsys)
     call_command("retention", "--days", "30", "--audit-days", "1")
     out = capsys.readouterr().out
     assert "1 executions, 1 chunks archived" in out and "1 archived and removed" in out
-    assert "moved to the archive (the chain continues from #" in out
+    assert "moved to the archive (the database's part now starts after #" in out
     call_command("retention", "--check")
     assert "archive intact" in capsys.readouterr().out
 
@@ -307,3 +307,18 @@ def test_checkpoints_older_than_the_database_part_are_proved_against_the_archive
     call_command("verify_audit", "--archive")  # the rewritten chain holds together
     with pytest.raises(CommandError, match=f"row {early.seq} is not the one signed"):
         call_command("verify_audit", *args, "--archive")
+
+
+def test_one_pass_at_a_time(archive, agent, reviewer):
+    from django.core.cache import cache
+
+    old = decided(agent, reviewer, 40)
+    cache.add(passes.LOCK, "a worker's pass", 60)
+    try:
+        with pytest.raises(CommandError, match="another retention pass is running"):
+            call_command("retention", "--days", "30")
+        assert Proposal.objects.filter(pk=old.pk).exists()
+    finally:
+        cache.delete(passes.LOCK)
+    call_command("retention", "--days", "30")
+    assert not Proposal.objects.filter(pk=old.pk).exists() and cache.get(passes.LOCK) is None

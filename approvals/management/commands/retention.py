@@ -65,7 +65,11 @@ class Command(BaseCommand):
                 "RETENTION_DAYS and RETENTION_AUDIT_DAYS are 0 (keep everything): "
                 "pass --days N or --audit-days N to prune now"
             )
-        for line in passes.run(keep, archive):
+        try:
+            said = passes.run(keep, archive)
+        except passes.Busy as error:
+            raise CommandError(str(error)) from None
+        for line in said:
             self.stdout.write(line)
         self.stdout.write(f"retention: archive {archive.location}")
 
