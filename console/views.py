@@ -79,8 +79,11 @@ def end_access(request: HttpRequest, pk: int) -> HttpResponse:
 
 @admin_required
 def audit_trail(request: HttpRequest) -> HttpResponse:
-    events = AuditEvent.objects.order_by("-seq")
-    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    through = ChainArchive.objects.first()
+    after = through.through_seq if through else 0
+    events = AuditEvent.objects.filter(seq__gt=after).order_by("-seq")
+    page = _ChainPaginator(events, AUDIT_PAGE_SIZE, rows=chain_end()[0] - after)
+    page = page.get_page(request.GET.get("page"))
     passes = AuditEvent.objects.filter(verb="retention.archived").order_by("-seq")
     last = {
         "output": passes.filter(data__kind__isnull=True).first(),  # the output's name no kind
@@ -92,7 +95,7 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
         "audit_days": settings.RETENTION_AUDIT_DAYS,
         "archive": settings.RETENTION_ARCHIVE,
         "last": last,
-        "through": ChainArchive.objects.first(),
+        "through": through,
     }
     chain, whole_at = chain_status()
     context = {
@@ -103,6 +106,19 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
         "checkpoint": Checkpoint.objects.order_by("-pk").first(),
     }
     return render(request, "console/audit.html", context)
+
+
+class _ChainPaginator(Paginator):
+    """Pages of the chain, counted from its numbers (contiguous, and verified on this very
+    page) instead of ``COUNT(*)``, which read every row: a tenth of the page at 10⁶."""
+
+    def __init__(self, object_list, per_page, rows: int):
+        super().__init__(object_list, per_page)
+        self.rows = max(rows, 0)
+
+    @property
+    def count(self) -> int:
+        return self.rows
 
 
 CHAIN_KEY = "audit:chain-verified"

@@ -322,3 +322,18 @@ def test_the_editor_refuses_a_bad_channel(admin_client_):
     assert response.status_code == 400
     assert "slack_routes[1].channel: a channel id or #name" in response.content.decode()
     assert PolicyVersion.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_audit_trail_pages_by_the_chains_numbers(admin_client_):
+    for n in range(120):
+        record("system", "test.paged", None, n=n)
+    total = AuditEvent.objects.count()
+    pages = -(-total // 50)
+    html = admin_client_.get(reverse("console:audit"), {"page": pages}).content.decode()
+    assert f"page {pages} of {pages}" in html
+    assert html.count('<tr id="audit-') == total - 50 * (pages - 1)
+    assert 'id="audit-1"' in html  # the first record, on the last page
+    ChainArchive.objects.create(through_seq=50, through_hash="0" * 64, location="/a")
+    html = admin_client_.get(reverse("console:audit"), {"page": 99}).content.decode()
+    assert 'id="audit-51"' in html and 'id="audit-50"' not in html  # moved ones are not listed
