@@ -292,7 +292,7 @@ else:
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",
-            "LOCATION": "airlock_cache",  # made by serve (createcachetable) and the test database
+            "LOCATION": "airlock_cache",  # made by migrate (console.apps) and the test database
         }
     }
 
