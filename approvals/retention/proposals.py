@@ -26,7 +26,7 @@ from executions.models import Execution
 from infrastructure.archive import Archive, cutoff
 
 KIND = "proposals"
-PER_BATCH = 200
+PER_BATCH = 50  # proposals per delete transaction (with their cascades: ~7 ms on SQLite)
 
 
 @dataclass
