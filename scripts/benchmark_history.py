@@ -77,7 +77,6 @@ def fresh_database(server: str, name: str, drop_only: bool = False) -> str:
 def measured(size: int, runs: int, env: dict, data_dir: Path) -> dict:
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True)
-    subprocess.run([*manage, "createcachetable"], env=env, check=True)
     started = time.monotonic()
     subprocess.run([*manage, "seed_history", str(size)], env=env, check=True, capture_output=True)
     seeded = time.monotonic() - started
