@@ -65,8 +65,10 @@ def _run(keep: Keep, archive: Archive, now: datetime) -> list[str]:
         )
     if keep.audit is not None:
         done = audit_archive.run(keep.audit, archive, now)
+        through = audit_archive.archived_through()[0]
+        where = f"the database's part now starts after #{through}" if through else "none so far"
         said.append(
             f"audit records before {done.cutoff:%Y-%m-%d}: {done.records} moved to the archive "
-            f"(the database's part now starts after #{audit_archive.archived_through()[0]})"
+            f"({where})"
         )
     return said

@@ -106,10 +106,12 @@ def test_proposal_retention_shorter_than_output_retention_is_refused_at_start(tm
 
 
 def audit_history(days: int = 5) -> None:
-    """Records spread over ``days`` days before NOW (times as if written then)."""
+    """Records spread over ``days`` days before NOW (times as if written then), with the ones
+    already there (the fixtures') first: times follow the chain's order, as they do."""
     for n in range(days * 3):
         with transaction.atomic():
-            event = record("system", "test.happened", None, n=n)
+            record("system", "test.happened", None, n=n)
+    for n, event in enumerate(AuditEvent.objects.order_by("seq")):
         AuditEvent.objects.filter(pk=event.pk).update(
             created_at=NOW - timedelta(days=days + 1, hours=-8 * n)
         )

@@ -71,10 +71,13 @@ class Command(BaseCommand):
                 f"audit chain broken in the archive at row {report.first_bad_seq}: "
                 f"{report.problem} ({report.checked} archived rows verified before it)"
             )
-        self.stdout.write(
-            f"archived rows intact: {report.checked} rows in {store.location}, the database "
-            "goes on from the last"
-        )
+        if not report.checked:
+            self.stdout.write(f"no records have been moved to the archive ({store.location})")
+        else:
+            self.stdout.write(
+                f"archived rows intact: {report.checked} rows in {store.location}, the "
+                "database goes on from the last"
+            )
         return store
 
     def _checkpoints(self, path: Path, public_key: str | None, store: Archive | None) -> None:
