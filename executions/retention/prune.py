@@ -39,11 +39,6 @@ class Summary:
     seconds: float = 0.0
 
 
-def cutoff_for(days: int, now: datetime | None = None) -> datetime:
-    """Midnight (UTC) ``days`` days ago: what finished before it is due."""
-    return cutoff(days, now or timezone.now())
-
-
 def due():
     """Finished executions whose output is still in the database."""
     return Execution.objects.filter(status__in=TERMINAL, output_archived_at__isnull=True)
@@ -52,7 +47,7 @@ def due():
 def run(days: int, archive: Archive, now: datetime | None = None) -> Summary:
     """Archive and delete the output of every whole day before the cutoff; what was done."""
     started = time.monotonic()
-    summary = Summary(cutoff=cutoff_for(days, now))
+    summary = Summary(cutoff=cutoff(days, now or timezone.now()))
     for day, ids in _days(summary.cutoff):
         entry = archive.write_day(KIND, day, _lines(ids), merged)
         deleted = _delete_chunks(ids)
@@ -147,13 +142,13 @@ def _delete_chunks(ids: list[int]) -> int:
     return deleted
 
 
-def merged(kept: list[dict], new, seen: set | None = None):
+def merged(kept: list[dict], new):
     """The new lines, then the kept ones they do not name; each execution once.
 
     An execution in both (a pass stopped after deleting part of its chunks)
     keeps every chunk either holds, in order.
     """
-    seen = set() if seen is None else seen
+    seen = set()
     earlier = {line["execution_id"]: line for line in kept}
     for line in new:
         pk = line["execution_id"]

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+from django.db import connections
+
 from infrastructure.files import sha256_of
 
 from .locations import store_for
@@ -129,8 +131,6 @@ class Archive:
 def delete_batched(rows, batch: int = 1000) -> int:
     """Delete the rows of queryset ``rows``, ``batch`` per statement, each statement its own
     short transaction (autocommit), so that no writer waits long behind it; how many."""
-    from django.db import connections
-
     connection = connections[rows.db]
     table = connection.ops.quote_name(rows.model._meta.db_table)
     deleted = 0
