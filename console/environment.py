@@ -2,7 +2,7 @@
 
 ``console.settings`` reads every variable through these (and documents each
 where it reads it); the data directory and the key an embedded install keeps
-in it are made here. Imports nothing of Airlock.
+in it are made here. Imports nothing of Airlock but ``dockergate.targets`` (its rule lists).
 """
 
 import os
@@ -10,6 +10,8 @@ import secrets
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+
+from dockergate.targets import BadRules, Targets
 
 LEGACY_DEVELOPMENT_KEY = "airlock-development-key-change-me"
 
@@ -84,3 +86,11 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None or not raw.strip():
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_targets(name: str, default: str) -> Targets:
+    """A ``dockergate.targets`` rule list; a rule that does not parse stops start-up."""
+    try:
+        return Targets.parse(env(name, default))
+    except BadRules as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None

@@ -21,6 +21,7 @@ from console.environment import (
     env_choice,
     env_int,
     env_list,
+    env_targets,
     secret_key_file,
 )
 
@@ -635,6 +636,10 @@ LONG_POLL_MAX_SECONDS = env_int("LONG_POLL_MAX_SECONDS", 60, minimum=1)
 #: `MCP_WAIT_SECONDS` | `50` | how long an MCP tool call waits for its decision and run when the
 #:   agent passes no `wait_seconds` (it may pass up to 3600)
 MCP_WAIT_SECONDS = env_int("MCP_WAIT_SECONDS", 50, minimum=0, maximum=3600)
+#: `DOCKER_ACTION_CONTAINERS` | `*` | the containers Docker actions may act on: `*` (any), or
+#:   comma-separated rules `label:KEY`, `label:KEY=VALUE`, `name:GLOB` (the compose deployment:
+#:   `label:airlock.actions`); Airlock's own sandbox containers never
+DOCKER_ACTION_CONTAINERS = env_targets("DOCKER_ACTION_CONTAINERS", "*")
 #: `HOST_ACTIONS_SYSTEMCTL` | `systemctl` | the systemctl executable host service actions call
 HOST_ACTIONS_SYSTEMCTL = env("HOST_ACTIONS_SYSTEMCTL", "systemctl")
 # The host a host action acts on when it names none: the console's own (embedded,

@@ -20,7 +20,15 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("console", "approvals", "executions", "accounts", "audit", "infrastructure")
+PACKAGES = (
+    "console",
+    "approvals",
+    "executions",
+    "accounts",
+    "audit",
+    "infrastructure",
+    "dockergate",
+)
 MAX_LINES = 600
 MAP = ROOT / "docs" / "architecture.md"
 

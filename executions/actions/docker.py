@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import requests
+from django.conf import settings
 from docker.client import DockerClient
 from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 from rest_framework import serializers
 
+from dockergate.targets import Targets
 from executions.sandboxes.base import RunOutcome
 from executions.sandboxes.reaper import LABEL as SANDBOX_LABEL
 from infrastructure.rest.serializers import Serializer
@@ -83,15 +85,27 @@ class SandboxContainer(Exception):
     """The container is one of Airlock's own sandboxes."""
 
 
+class NotATarget(Exception):
+    """The container is not one ``DOCKER_ACTION_CONTAINERS`` lets Airlock act on."""
+
+
 def _container(client: DockerClient, name: str) -> Container:
-    """The named container, unless it is an Airlock sandbox.
+    """The named container, unless it is an Airlock sandbox or not one the admin allowed.
 
     Sandboxes hold other executions' code and sessions; an approved action on
-    a user's container must never reach into them.
+    a user's container must never reach into them. The rest must match
+    ``DOCKER_ACTION_CONTAINERS`` (a label or a name pattern), which the Docker
+    gate of the compose deployment enforces again on every call.
     """
     container = client.containers.get(name)
-    if SANDBOX_LABEL in (container.labels or {}):
+    labels = container.labels or {}
+    if SANDBOX_LABEL in labels:
         raise SandboxContainer(name)
+    targets: Targets = settings.DOCKER_ACTION_CONTAINERS
+    if not targets.allows(container.name, labels):
+        raise NotATarget(
+            f"container {name} is not one Airlock may act on: it allows {targets.describe()}"
+        )
     return container
 
 
@@ -129,6 +143,8 @@ def _guarded(
     except SandboxContainer:
         message = f"container {container} is an Airlock sandbox: docker actions do not touch it"
         return failed(BACKEND, message, ctx.sink, started)
+    except NotATarget as exc:
+        return failed(BACKEND, f"{exc} (DOCKER_ACTION_CONTAINERS)", ctx.sink, started)
     except NotFound as exc:
         message = (
             f"no such container: {container}" if container else f"not found: {exc.explanation}"

@@ -1,0 +1,149 @@
+"""A sandbox container's create, checked field by field and written out again.
+
+The worker's ``POST /containers/create`` body is read against an allow-list: the
+sandbox image and nothing else, a runner command (``python3 -I -S …``), a
+non-root user, no environment, Airlock's labels only, and a host configuration
+that has every hardening a sandbox has (read-only root, all capabilities
+dropped, ``no-new-privileges``, no network or the default bridge, memory, CPU
+and process limits, a scratch ``tmpfs`` at ``/tmp`` and ``/work``) and nothing
+else: no bind mount or volume, no device, no host namespace, no extra
+capability, no other network, no other runtime. A field that is not in the
+list must be empty (``null``, ``false``, ``0``, ``""``, ``[]``, ``{}``). What is
+forwarded to the engine is the checked body, written out again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SANDBOX_LABEL = "airlock.sandbox"
+RUNNER_PREFIX = ["python3", "-I", "-S"]
+MAX_MEMORY = 64 * 1024**3
+MAX_PIDS = 4096
+TMPFS_TARGETS = ("/tmp", "/work")
+TMPFS_OPTION = re.compile(
+    r"\A(rw|nosuid|nodev|noexec|size=\d+[kmg]?|mode=[0-7]{3,4}|uid=\d+|gid=\d+)\Z"
+)
+USER = re.compile(r"\A([1-9][0-9]*)(:[1-9][0-9]*)?\Z")
+
+
+class Refused(Exception):
+    """The create is not a sandbox's; the message says which field."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    image: str
+    runtimes: frozenset[str]  # besides the engine's default
+    max_cpus: float = 64.0
+
+
+def _empty(value: object) -> bool:
+    return value in (None, False, 0, "", [], {})
+
+
+def _check_rest(section: str, body: dict, checked: set[str]) -> None:
+    for key, value in body.items():
+        if key not in checked and not _empty(value):
+            raise Refused(f"{section}{key} is not allowed in a sandbox container")
+
+
+def _int(section: str, key: str, value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise Refused(f"{section}{key} must be a number from {low} to {high}, not {value!r}")
+    return value
+
+
+def _check_top(body: dict, policy: Policy) -> None:
+    if body.get("Image") != policy.image:
+        raise Refused(f"Image must be the sandbox image {policy.image}, not {body.get('Image')!r}")
+    command = body.get("Cmd")
+    if (
+        not isinstance(command, list)
+        or not all(isinstance(part, str) for part in command)
+        or command[:3] != RUNNER_PREFIX
+    ):
+        raise Refused("Cmd must be a sandbox runner (python3 -I -S …)")
+    if not USER.match(str(body.get("User") or "")):
+        raise Refused(f"User must be a non-root uid[:gid], not {body.get('User')!r}")
+    if body.get("Tty"):
+        raise Refused("Tty is not allowed in a sandbox container")
+    labels = body.get("Labels")
+    if not isinstance(labels, dict) or labels.get(SANDBOX_LABEL) != "1":
+        raise Refused(f"Labels must carry {SANDBOX_LABEL}=1")
+    strange = sorted(key for key in labels if not str(key).startswith("airlock."))
+    if strange or not all(isinstance(value, str) for value in labels.values()):
+        raise Refused(f"Labels may only be Airlock's (airlock.*), not {strange}")
+    for key in ("Hostname", "WorkingDir"):
+        if not isinstance(body.get(key) or "", str):
+            raise Refused(f"{key} must be text")
+
+
+def _check_tmpfs(tmpfs: object) -> None:
+    if not isinstance(tmpfs, dict):
+        raise Refused("HostConfig.Tmpfs must map paths to options")
+    for target, options in tmpfs.items():
+        if target not in TMPFS_TARGETS:
+            raise Refused(
+                f"HostConfig.Tmpfs may mount only {', '.join(TMPFS_TARGETS)}, not {target}"
+            )
+        parts = str(options).split(",")
+        bad = [part for part in parts if not TMPFS_OPTION.match(part)]
+        if bad or "nosuid" not in parts or "nodev" not in parts:
+            raise Refused(f"HostConfig.Tmpfs {target}: options must be nosuid,nodev,size=… ({bad})")
+
+
+def _check_host(host: object, policy: Policy) -> None:
+    section = "HostConfig."
+    if not isinstance(host, dict):
+        raise Refused("HostConfig is required")
+    memory = _int(section, "Memory", host.get("Memory"), 4 * 1024**2, MAX_MEMORY)
+    if host.get("MemorySwap") != memory:
+        raise Refused("HostConfig.MemorySwap must equal HostConfig.Memory (no swap)")
+    _int(section, "NanoCpus", host.get("NanoCpus"), 1, int(policy.max_cpus * 1e9))
+    _int(section, "PidsLimit", host.get("PidsLimit"), 1, MAX_PIDS)
+    _int(section, "ShmSize", host.get("ShmSize") or 0, 0, MAX_MEMORY)
+    if host.get("ReadonlyRootfs") is not True:
+        raise Refused("HostConfig.ReadonlyRootfs must be true")
+    if host.get("NetworkMode") not in ("none", "bridge"):
+        raise Refused(
+            f"HostConfig.NetworkMode must be none or bridge, not {host.get('NetworkMode')!r}"
+        )
+    if host.get("CapDrop") != ["ALL"]:
+        raise Refused('HostConfig.CapDrop must be ["ALL"]')
+    if host.get("SecurityOpt") not in (["no-new-privileges"], ["no-new-privileges:true"]):
+        raise Refused('HostConfig.SecurityOpt must be ["no-new-privileges"] and nothing else')
+    if host.get("IpcMode") not in (None, "", "private", "none"):
+        raise Refused(f"HostConfig.IpcMode {host.get('IpcMode')!r} is not allowed")
+    runtime = host.get("Runtime")
+    if runtime not in (None, "") and runtime not in policy.runtimes:
+        allowed = ", ".join(sorted(policy.runtimes)) or "none"
+        raise Refused(f"HostConfig.Runtime {runtime!r} is not allowed (allowed: {allowed})")
+    _check_tmpfs(host.get("Tmpfs") or {})
+    ulimits = host.get("Ulimits") or []
+    if not isinstance(ulimits, list) or not all(
+        isinstance(u, dict) and set(u) <= {"Name", "Soft", "Hard"} for u in ulimits
+    ):
+        raise Refused("HostConfig.Ulimits must be a list of {Name, Soft, Hard}")
+    checked = {
+        "Memory", "MemorySwap", "NanoCpus", "PidsLimit", "ShmSize", "ReadonlyRootfs",
+        "NetworkMode", "CapDrop", "SecurityOpt", "IpcMode", "Runtime", "Tmpfs", "Ulimits",
+        "AutoRemove",
+    }  # fmt: skip
+    _check_rest(section, host, checked)
+
+
+def check_create(body: object, policy: Policy) -> dict:
+    """The create body if it describes a sandbox container, else ``Refused``."""
+    if not isinstance(body, dict):
+        raise Refused("the body must be a JSON object")
+    _check_top(body, policy)
+    _check_host(body.get("HostConfig"), policy)
+    checked = {
+        "Image", "Cmd", "User", "Tty", "Labels", "Hostname", "WorkingDir", "HostConfig",
+        "OpenStdin", "StdinOnce", "AttachStdin", "AttachStdout", "AttachStderr",
+        "NetworkDisabled",
+    }  # fmt: skip
+    _check_rest("", body, checked)
+    return {key: value for key, value in body.items() if not _empty(value) or key == "Tty"}
