@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import itertools
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -15,6 +18,28 @@ from airlock_sdk.types import Proposal, Result
 
 F = TypeVar("F", bound=Callable[..., Any])
 USER_AGENT = "airlock-sdk/0.1"
+
+
+# A call that got no answer, or a 502/503/504 (a proxy between, a web process
+# restarting, the database away), is sent again after these pauses when it is
+# safe to (``flows.Request.repeatable``); a Retry-After up to MAX_PAUSE wins.
+PAUSES = (0.5, 1.0, 2.0, 4.0)
+MAX_PAUSE = 10.0
+RETRIED_STATUSES = (502, 503, 504)
+
+
+def _pause(request: flows.Request, attempt: int, response: httpx.Response | None) -> float | None:
+    """Seconds to wait before sending ``request`` again, or None to give up."""
+    if not request.repeatable or attempt >= len(PAUSES):
+        return None
+    if response is None:
+        return PAUSES[attempt]
+    if response.status_code not in RETRIED_STATUSES:
+        return None
+    try:
+        return min(float(response.headers.get("Retry-After", "")), MAX_PAUSE)
+    except ValueError:
+        return PAUSES[attempt]
 
 
 def _answer(response: httpx.Response) -> dict[str, Any]:
@@ -85,11 +110,19 @@ class Airlock:
             return done.value
 
     def _send(self, request: flows.Request) -> dict[str, Any]:
-        try:
-            response = self._http.request(**_httpx_arguments(request, self.timeout))
-        except httpx.HTTPError as exc:
-            raise Unavailable(f"cannot reach {self.url}: {exc}") from exc
-        return _answer(response)
+        for attempt in itertools.count():
+            try:
+                response = self._http.request(**_httpx_arguments(request, self.timeout))
+            except httpx.HTTPError as exc:
+                pause = _pause(request, attempt, None)
+                if pause is None:
+                    raise Unavailable(f"cannot reach {self.url}: {exc}") from exc
+            else:
+                pause = _pause(request, attempt, response)
+                if pause is None:
+                    return _answer(response)
+            time.sleep(pause)
+        raise AssertionError("unreachable")
 
     def propose(self, action: str, parameters: dict[str, Any], *, reason: str = "",
                 urgency: str = "normal", idempotency_key: str | None = None) -> Proposal:  # fmt: skip
@@ -167,11 +200,19 @@ class AsyncAirlock:
             return done.value
 
     async def _send(self, request: flows.Request) -> dict[str, Any]:
-        try:
-            response = await self._http.request(**_httpx_arguments(request, self.timeout))
-        except httpx.HTTPError as exc:
-            raise Unavailable(f"cannot reach {self.url}: {exc}") from exc
-        return _answer(response)
+        for attempt in itertools.count():
+            try:
+                response = await self._http.request(**_httpx_arguments(request, self.timeout))
+            except httpx.HTTPError as exc:
+                pause = _pause(request, attempt, None)
+                if pause is None:
+                    raise Unavailable(f"cannot reach {self.url}: {exc}") from exc
+            else:
+                pause = _pause(request, attempt, response)
+                if pause is None:
+                    return _answer(response)
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
 
     async def propose(self, action: str, parameters: dict[str, Any], *, reason: str = "",
                       urgency: str = "normal", idempotency_key: str | None = None) -> Proposal:  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,13 @@ class Request:
     params: dict[str, Any] = field(default_factory=dict)
     json: dict[str, Any] | None = None
     wait: float = 0  # seconds the server may hold it, on top of the client's timeout
+    # Safe to send again when no answer came: a read, or a write the server
+    # recognises as the same one (a proposal's idempotency key).
+    retry: bool = False
+
+    @property
+    def repeatable(self) -> bool:
+        return self.retry or self.method == "GET"
 
 
 def propose(
@@ -40,9 +48,10 @@ def propose(
     body: dict[str, Any] = {
         "action": action, "parameters": parameters, "reason": reason, "urgency": urgency,
     }  # fmt: skip
-    if idempotency_key:
-        body["idempotency_key"] = idempotency_key
-    return Proposal.of((yield Request("POST", "proposals", json=body)))
+    # Always a key: a proposal whose answer was lost on the way (a dropped
+    # connection, a 502 from a proxy) is asked for again and found, not made twice.
+    body["idempotency_key"] = idempotency_key or f"sdk-{uuid.uuid4().hex}"
+    return Proposal.of((yield Request("POST", "proposals", json=body, retry=True)))
 
 
 def wait(

@@ -4,7 +4,10 @@ scripts, proposals, a function behind approval (sync and async), every way it en
 from __future__ import annotations
 
 import asyncio
+import http.client
+import http.server
 import json
+import threading
 import time
 
 import airlock_sdk  # installed by scripts/bootstrap from sdk/, as agent builders install it
@@ -150,3 +153,59 @@ def test_the_async_client_decorates_async_functions(deployment):
     assert script.stdout == "42\n" and value == "refunded 12"
     with pytest.raises(TypeError, match="is not async"):
         airlock_sdk.AsyncAirlock(deployment.base, "x").requires_approval(tool="t")(lambda: 1)
+
+
+class DropFirstAnswers(http.server.BaseHTTPRequestHandler):
+    """In front of the server: each request is sent on, but the first ``drops`` answers to a
+    POST are thrown away and the connection closed, as a proxy does when its backend dies
+    after doing the work (the client sees the connection end with no response)."""
+
+    upstream = ""
+    drops = 0
+    posts: list[str] = []  # noqa: RUF012 - set per test
+
+    def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        connection = http.client.HTTPConnection(self.upstream, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        connection.request(self.command, self.path, body=body or None, headers=headers)
+        answer = connection.getresponse()
+        payload = answer.read()
+        if self.command == "POST":
+            type(self).posts.append(self.path)
+            if type(self).drops > 0:
+                type(self).drops -= 1
+                self.close_connection = True
+                return  # nothing sent back
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _forward
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_proposal_whose_answer_was_lost_is_asked_again_and_made_once(deployment):
+    DropFirstAnswers.upstream = deployment.base.removeprefix("http://").rstrip("/")
+    DropFirstAnswers.drops, DropFirstAnswers.posts = 2, []
+    front = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DropFirstAnswers)
+    threading.Thread(target=front.serve_forever, daemon=True).start()
+    marker = f"print('lost answer {time.monotonic_ns()}')"
+    try:
+        with airlock_sdk.Airlock(
+            f"http://127.0.0.1:{front.server_port}", deployment.agent_token
+        ) as airlock:
+            proposal = airlock.propose("script.execute", {"language": "python", "code": marker})
+    finally:
+        front.shutdown()
+    _, page = deployment.api("GET", "/api/v1/proposals?action=script.execute&limit=200",
+                             token=deployment.reviewer)  # fmt: skip
+    made = [p for p in page["items"] if p["parameters"]["code"] == marker]
+    assert DropFirstAnswers.posts == ["/api/v1/proposals"] * 3  # two answers lost, the third read
+    assert [p["id"] for p in made] == [proposal.id]  # made once: the key found it again
