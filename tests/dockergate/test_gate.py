@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -200,3 +201,21 @@ def test_a_client_killed_mid_run_leaves_no_sandbox_container(gate, client):
         process.kill()
         process.wait()
     wait_for(lambda: "its stream ended" in gate.logged(), 5)
+
+
+def test_the_reaper_through_the_gate_removes_a_dead_workers_sandbox(gate, client):
+    """What a worker that died left (here: created, never attached) goes at the next pass."""
+    require_backend("docker")
+    from executions.sandboxes import reaper
+
+    body = sandbox_create()
+    body["Labels"]["airlock.owner"] = f"{socket.gethostname()}:999999:0"  # no such process
+    created = raw(gate, "POST", "/containers/create", json=body)
+    assert created.status_code == 201, created.text
+    orphan = created.json()["Id"]
+    through_gate = docker.DockerClient(base_url=gate.url)
+
+    report = reaper.reap_orphans(through_gate, min_age_seconds=0)
+
+    assert orphan[:12] in report.containers
+    assert_container_removed(orphan)
