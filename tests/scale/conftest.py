@@ -127,6 +127,12 @@ def reviewer(stack: Stack) -> Agent:
     return Agent(stack.url, stack.manage("create_user_token", "reviewer"))
 
 
+@pytest.fixture(scope="session")
+def reviewers(stack: Stack, reviewer: Agent) -> list[Agent]:
+    """Two reviewers: a proposal of high risk needs both (the policy's quorum)."""
+    return [reviewer, Agent(stack.url, stack.manage("create_user_token", "reviewer2"))]
+
+
 @pytest.fixture(autouse=True)
 def _whole_stack_after(request: pytest.FixtureRequest):
     """A test that stopped or killed a container leaves the next one a whole stack."""

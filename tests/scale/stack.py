@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,26 @@ class Stack:
         )
         return result.stdout
 
+    def set_workers(self, **env: str) -> None:
+        """Every worker container made again with ``env`` on top of the stack's (and left so)."""
+        self.env.update(env)
+        workers = [f"worker-{host.removeprefix('host-')}" for host in HOSTS]
+        self.run("compose", "up", "-d", "--no-deps", "--no-build", *workers)
+        for host in HOSTS:
+            wait_for(lambda h=host: self.state(self.worker(h)) == "running", 60, f"{host} to run")
+
+    def sandboxes(self, owner_prefix: str = "") -> dict[str, str]:
+        """The engine's sandbox containers of this stack's workers: id → owner label."""
+        found = {}
+        for line in self.docker(
+            "ps", "-a", "--no-trunc", "--filter", "label=airlock.sandbox",
+            "--format", '{{.ID}} {{.Label "airlock.owner"}}',
+        ).splitlines():  # fmt: skip
+            cid, _, owner = line.partition(" ")
+            if owner.startswith(owner_prefix or "host-"):
+                found[cid] = owner
+        return found
+
     def ensure_running(self) -> None:
         """Every container of the deployment up again, whatever a test did to it."""
         names = self.docker(
@@ -143,9 +164,20 @@ class Stack:
             self.start(*stopped)
 
 
+# As airlock_sdk does: a call that got no answer is sent again when that is safe.
+RETRY_PAUSES = (0.5, 1.0, 2.0, 4.0)
+
+
 @dataclass
 class Agent:
-    """An API client with a bearer token, through the proxy."""
+    """An API client with a bearer token, through the proxy.
+
+    It behaves as a well-made agent does (and as ``airlock_sdk`` does): every
+    proposal carries an idempotency key, and a call whose connection ended
+    without an answer (a keep-alive connection the proxy closed at that very
+    moment, a web container that went away) is sent again if it is a read or
+    carries its key; the server finds the proposal the first try made.
+    """
 
     url: str
     token: str
@@ -156,7 +188,18 @@ class Agent:
 
     def call(self, method: str, path: str, **kwargs) -> requests.Response:
         kwargs.setdefault("timeout", 90)
-        return self.session.request(method, self.url + path, **kwargs)
+        body = kwargs.get("json")
+        if method == "POST" and path == "/api/v1/proposals" and isinstance(body, dict):
+            kwargs["json"] = body = {"idempotency_key": f"scale-{uuid.uuid4().hex}", **body}
+        repeatable = method == "GET" or bool(isinstance(body, dict) and body.get("idempotency_key"))
+        for pause in (*RETRY_PAUSES, None):
+            try:
+                return self.session.request(method, self.url + path, **kwargs)
+            except requests.ConnectionError:
+                if pause is None or not repeatable:
+                    raise
+                time.sleep(pause)
+        raise AssertionError("unreachable")
 
     def ok(self, method: str, path: str, **kwargs) -> dict:
         response = self.call(method, path, **kwargs)
@@ -188,7 +231,19 @@ class Agent:
         )
 
     def approve(self, pk: int) -> dict:
-        return self.ok("POST", f"/api/v1/proposals/{pk}/approve", json={"comment": "scale suite"})
+        """Approve; after a lost answer, the proposal read again says whether it took."""
+        for pause in (*RETRY_PAUSES, None):
+            try:
+                return self.ok(
+                    "POST", f"/api/v1/proposals/{pk}/approve", json={"comment": "scale suite"}
+                )
+            except requests.ConnectionError:
+                if pause is None:
+                    raise
+                time.sleep(pause)
+                if (seen := self.proposal(pk))["status"] != "pending":
+                    return seen
+        raise AssertionError("unreachable")
 
 
 def ws_url(url: str, execution_id: int, after: int) -> str:
@@ -263,6 +318,13 @@ def stack_env(project: str, port: int, **extra: str) -> dict[str, str]:
         "WORKER_CONCURRENCY": "4",
         "DB_POOL_SIZE": "6",
         "DB_POOL_TIMEOUT": "5",
+        # Scripts in containers, started through the Docker gate (test_sandboxes
+        # switches the workers to gvisor and back).
+        "SANDBOX_BACKEND": "docker",
+        # The suite's reviewer approves with a token, also the sandbox probes (risk 10);
+        # the second factor a risky decision needs is the console's (tests/accounts).
+        "STEP_UP_MIN_RISK": "11",
+        "DOCKER_ACTION_CONTAINERS": f"label:airlock.actions={project}",
         **TIMINGS,
         **extra,
     }

@@ -29,7 +29,7 @@ def test_a_backup_from_a_worker_verifies_while_agents_propose(stack: Stack, agen
         stop.set()
         writer.join()
     assert "verified: restored into a scratch database; audit chain intact" in said
-    assert made and set(made) == {201}
+    assert made and set(made) <= {200, 201}  # 200: sent again with its key after a lost answer
     manifest = json.loads(stack.docker("exec", worker, "cat", "/tmp/airlock-backup/manifest.json"))
     assert manifest["database"] == "postgresql" and manifest["audit_last_seq"] > 0
     stack.docker("exec", worker, "rm", "-rf", "/tmp/airlock-backup")
