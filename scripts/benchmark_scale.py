@@ -13,6 +13,16 @@ latency (proposal sent → final status seen) p50/p95, and lost (runs that
 ended ``lost`` or never ended: must be 0); then the ratios 2 web / 1 web and
 3 workers / 1 worker. Only 127.0.0.1 and the stack's own containers are
 touched; ``docker/stack down`` at the end.
+
+    .venv/bin/python scripts/benchmark_scale.py --backends docker,gvisor [--runs 60]
+
+compares container sandboxes in compose (the workers start them through the
+Docker gate) with the same backend embedded (``manage.py serve`` on the engine's
+own socket), in alternating blocks of ten in the same minutes: proposal →
+result and the run itself (the execution's ``duration_ms``), p50 and p95, one
+agent at a time on a 1-web, 1-worker stack. Beside them, the proxy alone: the
+same keep-alive sandbox run in this process straight on the engine and through
+a gate process (``python -m dockergate``); it may add at most 10% to the p50.
 """
 
 from __future__ import annotations
@@ -153,13 +163,157 @@ def row(run: Run) -> str:
     )
 
 
+# --- container sandboxes: compose (through the gate) beside embedded ------------------
+
+
+def timed_proposal(url: str, token: str) -> tuple[float, float]:
+    """(seconds from the POST to the result in hand, the run's own seconds)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"action": "script.execute", "parameters": {"language": "python", "code": "print(1)"}}
+    started = time.perf_counter()
+    seen = requests.post(
+        f"{url}/api/v1/proposals?wait=10&until=finished", json=body, headers=headers, timeout=60
+    ).json()
+    while seen.get("execution_status") not in TERMINAL:
+        seen = requests.get(
+            f"{url}/api/v1/proposals/{seen['id']}?wait=10&until=finished",
+            headers=headers,
+            timeout=60,
+        ).json()
+    result = (
+        seen.get("result")
+        or requests.get(
+            f"{url}/api/v1/executions/{seen['execution_id']}", headers=headers, timeout=60
+        ).json()
+    )
+    elapsed = time.perf_counter() - started
+    assert result["stdout"] == "1\n", result
+    return elapsed, result["duration_ms"] / 1000
+
+
+def gate_process(port: int) -> subprocess.Popen:
+    env = {**os.environ, "DOCKER_GATE_LISTEN": f"127.0.0.1:{port}", "LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen([sys.executable, "-m", "dockergate"], cwd=ROOT, env=env)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        time.sleep(0.1)
+    process.kill()
+    sys.exit("the gate did not listen")
+
+
+def sandbox_runs(backend: str, runs: int) -> dict[str, list[float]]:
+    """The same keep-alive run straight on the engine and through a gate, in blocks of ten."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    import docker
+
+    from executions.sandboxes.base import Limits, MemorySink, RunRequest
+    from executions.sandboxes.docker import DockerSandbox
+    from executions.sandboxes.gvisor import GVisorSandbox
+
+    cls = GVisorSandbox if backend == "gvisor" else DockerSandbox
+    port = free_port()
+    gate = gate_process(port)
+    sandboxes = {
+        "engine": cls(mode="keepalive"),
+        "gate": cls(
+            mode="keepalive", client=docker.DockerClient(base_url=f"tcp://127.0.0.1:{port}")
+        ),
+    }
+    times: dict[str, list[float]] = {name: [] for name in sandboxes}
+    try:
+        for sandbox in sandboxes.values():
+            sandbox.run(RunRequest("python", "print(1)", Limits()), MemorySink())  # warm
+        for block in range(0, runs, 10):
+            for name in sorted(sandboxes, reverse=bool(block % 20)):
+                for _ in range(min(10, runs - block)):
+                    started = time.perf_counter()
+                    sandboxes[name].run(RunRequest("python", "print(1)", Limits()), MemorySink())
+                    times[name].append(time.perf_counter() - started)
+    finally:
+        for sandbox in sandboxes.values():
+            sandbox.close()
+        gate.terminate()
+        gate.wait(10)
+    return times
+
+
+def compare_backends(env: dict, backends: list[str], runs: int) -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    import tempfile
+
+    from tests.serving import start_server
+
+    lines = []
+    for backend in backends:
+        print(
+            f"[bench] {backend}: compose 1x1 and embedded serve, {runs} proposals each", flush=True
+        )
+        stack({**env, "SANDBOX_BACKEND": backend}, "up", "--web", "1", "--workers", "1")
+        url = f"http://127.0.0.1:{env['AIRLOCK_PORT']}"
+        token = agent_token(env)
+        with tempfile.TemporaryDirectory(prefix="airlock-bench-") as data_dir:
+            server = start_server(Path(data_dir), backend=backend, verbose=False)
+            try:
+                places = {"compose": (url, token), "embedded": (server.base, server.token)}
+                samples: dict[str, list[tuple[float, float]]] = {name: [] for name in places}
+                for place in places.values():
+                    timed_proposal(*place)  # a warm pool on each side
+                for block in range(0, runs, 10):
+                    for name in sorted(places, reverse=bool(block % 20)):
+                        samples[name] += [
+                            timed_proposal(*places[name]) for _ in range(min(10, runs - block))
+                        ]
+            finally:
+                server.stop()
+        proxy = sandbox_runs(backend, runs)
+        for name, values in samples.items():
+            total = [v[0] * 1000 for v in values]
+            run_ms = [v[1] * 1000 for v in values]
+            lines.append(
+                f"| {backend} | {name} | {percentile(total, 0.5):.0f} | {percentile(total, 0.95):.0f} "
+                f"| {percentile(run_ms, 0.5):.1f} | {percentile(run_ms, 0.95):.1f} |"
+            )
+        for name, values in proxy.items():
+            ms = [v * 1000 for v in values]
+            where = (
+                "sandbox run, straight on the engine"
+                if name == "engine"
+                else "sandbox run, through the gate"
+            )
+            lines.append(
+                f"| {backend} | {where} | — | — | {percentile(ms, 0.5):.1f} | {percentile(ms, 0.95):.1f} |"
+            )
+        ratio = percentile(proxy["gate"], 0.5) / percentile(proxy["engine"], 0.5)
+        compose_ratio = percentile([v[1] for v in samples["compose"]], 0.5) / percentile(
+            [v[1] for v in samples["embedded"]], 0.5
+        )
+        lines.append(
+            f"| {backend} | gate / engine, run p50: **{ratio:.2f}** ({'within' if ratio <= 1.10 else 'OVER'} 10%); "
+            f"compose / embedded, run p50: {compose_ratio:.2f} | | | | |"
+        )
+        print("\n".join(lines[-5:]), flush=True)
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--sizes", default="1x1,2x1,1x3,2x3", help="WEBxWORKERS, comma-separated")
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
+    parser.add_argument("--backends", default="", help="docker,gvisor: compose beside embedded")
+    parser.add_argument("--runs", type=int, default=60, help="proposals per place (--backends)")
     args = parser.parse_args()
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if set(backends) - {"docker", "gvisor"} or not 10 <= args.runs <= 1000:
+        parser.error("--backends takes docker and/or gvisor; --runs 10-1000")
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     for size in sizes:
         web, _, workers = size.partition("x")
@@ -173,6 +327,19 @@ def main() -> int:
         "AIRLOCK_PORT": str(free_port()),
         "AIRLOCK_BIND": "127.0.0.1",
     }
+    if backends:
+        try:
+            lines = compare_backends(env, backends, args.runs)
+        finally:
+            if not args.keep:
+                stack(env, "down")
+        print(
+            f"\n{args.runs} proposals per place, one at a time; ms\n\n"
+            "| backend | where | proposal → result p50 | p95 | run p50 | run p95 |\n"
+            "|---|---|---|---|---|---|"
+        )
+        print("\n".join(lines))
+        return 0
     runs = []
     try:
         for size in sizes:
