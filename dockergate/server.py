@@ -148,6 +148,11 @@ class Gate:
         except LookupError:
             writer.write(_answer(404, "Not Found", f"No such container: {planned.container}"))
             return
+        except OSError as exc:
+            writer.write(
+                _answer(502, "Bad Gateway", f"the Docker gate cannot reach the engine: {exc}")
+            )
+            return
         except Denied as exc:
             log.warning("gate: refused %s %s from %s: %s", method, target[:200], peer, exc)
             writer.write(_answer(403, "Forbidden", f"refused by the Docker gate: {exc}"))

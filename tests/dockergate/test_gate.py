@@ -27,9 +27,10 @@ from executions.sandboxes.base import Limits, MemorySink, RunRequest
 from executions.sandboxes.docker import DockerSandbox
 from executions.sandboxes.gvisor import GVisorSandbox
 from executions.sandboxes.reaper import LABEL as SANDBOX_LABEL
+from tests import serving
 from tests.executions.conftest import require_backend
 from tests.executions.test_docker_actions import run, wait_for_logs
-from tests.support import assert_container_removed, wait_for
+from tests.support import assert_container_removed, port_open, wait_for
 
 from .conftest import ROOT, Gate
 from .test_rules import sandbox_create
@@ -219,3 +220,20 @@ def test_the_reaper_through_the_gate_removes_a_dead_workers_sandbox(gate, client
 
     assert orphan[:12] in report.containers
     assert_container_removed(orphan)
+
+
+def test_an_engine_that_is_not_there_is_a_502_that_says_so(tmp_path):
+    port = serving.free_port()
+    env = {**os.environ, "DOCKER_GATE_LISTEN": f"127.0.0.1:{port}",
+           "DOCKER_GATE_ENGINE": str(tmp_path / "no-engine.sock")}  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "dockergate"], cwd=ROOT, env=env)
+    try:
+        wait_for(lambda: port_open("127.0.0.1", port), 15)
+        gate = Gate(port, tmp_path / "unused.log")
+        for method, path in [("GET", "/_ping"), ("GET", "/containers/anything/json")]:
+            response = raw(gate, method, path)
+            assert response.status_code == 502, (path, response.text)
+            assert "cannot reach the engine" in response.json()["message"]
+    finally:
+        process.terminate()
+        process.wait(10)
