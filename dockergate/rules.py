@@ -10,7 +10,11 @@ against what that container is (``judge``), from the engine's own view of it:
 |---|---|---|
 | inspect, start | yes | yes |
 | stop, restart, logs | no | yes |
-| attach, wait, kill, remove | yes | no |
+| attach, wait, kill, remove | yes, by the worker that made it | no |
+
+A create is labelled with the address it came from (``airlock.gate.peer``), and
+only that address may attach to, start, wait for, kill or remove the sandbox: a
+worker cannot reach into another worker's runs.
 
 Anything else — ``exec``, ``/info``, images other than the sandbox's, volumes,
 swarm, plugins, a build, a body on any call but create — is refused with 403
@@ -53,6 +57,8 @@ CONTAINER_OPS: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
     ("DELETE", ""): (frozenset({SANDBOX}), frozenset({"force", "v", "link"})),
 }
 OPERATION_NAMES = {"json": "inspect", "": "remove"}
+PEER_LABEL = "airlock.gate.peer"
+CREATOR_ONLY = frozenset({"attach", "start", "wait", "kill", ""})
 
 
 class Denied(Exception):
@@ -64,6 +70,7 @@ class Request:
     method: str
     target: str  # the request line's path and query, as sent
     body: bytes = b""
+    peer: str = ""  # the client's address
 
 
 @dataclass
@@ -157,6 +164,7 @@ def _route(request: Request, policy: Policy, path: str, query: list[tuple[str, s
             raise Denied(f"the create's body is not JSON: {exc}") from exc
         except Refused as exc:
             raise Denied(f"not a sandbox container: {exc}") from exc
+        checked["Labels"][PEER_LABEL] = request.peer  # whatever the worker said
         return Plan(method, path, body=json.dumps(checked).encode())
     match = CONTAINER_PATH.match(path)
     if match:
@@ -176,8 +184,9 @@ def _route(request: Request, policy: Policy, path: str, query: list[tuple[str, s
     raise Denied(f"{method} {path} is not a call Airlock makes")
 
 
-def judge(planned: Plan, container: dict | None, targets: Targets) -> Plan:
-    """``planned`` sent to the container's id, if the container may take that operation."""
+def judge(planned: Plan, container: dict | None, targets: Targets, peer: str = "") -> Plan:
+    """``planned`` sent to the container's id, if the container may take that operation
+    from ``peer`` (the client's address)."""
     name = planned.container
     if container is None:
         raise LookupError(name)
@@ -192,6 +201,8 @@ def judge(planned: Plan, container: dict | None, targets: Targets) -> Plan:
     if kind not in allowed:
         what = "an Airlock sandbox" if kind == SANDBOX else "not an Airlock sandbox"
         raise Denied(f"{operation} of container {name} refused: it is {what}")
+    if kind == SANDBOX and planned.operation in CREATOR_ONLY and labels.get(PEER_LABEL) != peer:
+        raise Denied(f"{operation} of sandbox {name} refused: another client started it")
     cid = container["Id"]
     suffix = f"/{planned.operation}" if planned.operation else ""
     planned.path = f"/containers/{cid}{suffix}"

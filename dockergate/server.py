@@ -142,9 +142,11 @@ class Gate:
             return
         body = await asyncio.wait_for(reader.readexactly(length), HEAD_TIMEOUT)
         try:
-            planned = plan(Request(method, target, body), self.policy)
+            address = peer[0] if isinstance(peer, tuple) else str(peer or "")
+            planned = plan(Request(method, target, body, address), self.policy)
             if planned.container:
-                planned = judge(planned, await self._inspect(planned.container), self.targets)
+                container = await self._inspect(planned.container)
+                planned = judge(planned, container, self.targets, address)
         except LookupError:
             writer.write(_answer(404, "Not Found", f"No such container: {planned.container}"))
             return

@@ -10,6 +10,7 @@ with SIGKILL while its sandbox runs leaves no container behind.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -119,6 +120,30 @@ def test_forbidden_calls_straight_at_the_gate_are_refused(gate, client, start_co
                if c.attrs["HostConfig"]["Privileged"]]  # fmt: skip
     assert created == []
     assert "refused POST /v1.41/containers/create" in gate.logged()
+
+
+def test_a_sandbox_is_out_of_reach_of_any_other_client(gate, client):
+    """Another worker (here: another loopback address) cannot attach to, stop or remove it."""
+    require_backend("docker")
+    created = raw(gate, "POST", "/containers/create", json=sandbox_create())
+    assert created.status_code == 201, created.text
+    sandbox = created.json()["Id"]
+    try:
+        for method, path in [("POST", f"/containers/{sandbox}/attach?stream=1&stdin=1"),
+                             ("POST", f"/containers/{sandbox}/start"),
+                             ("POST", f"/containers/{sandbox}/kill"),
+                             ("DELETE", f"/containers/{sandbox}?force=1")]:  # fmt: skip
+            other = http.client.HTTPConnection(
+                "127.0.0.1", gate.port, source_address=("127.0.0.2", 0)
+            )
+            other.request(method, "/v1.41" + path)
+            answer = other.getresponse()
+            body = json.loads(answer.read())
+            other.close()
+            assert answer.status == 403 and "another client started it" in body["message"], body
+        assert client.api.inspect_container(sandbox)["State"]["Status"] == "created"
+    finally:
+        assert raw(gate, "DELETE", f"/containers/{sandbox}?force=1").status_code == 204
 
 
 def test_a_missing_container_is_a_404_with_dockers_own_body(gate):

@@ -167,7 +167,8 @@ def container(name: str, labels: dict) -> dict:
     return {"Id": "f" * 64, "Name": f"/{name}", "Config": {"Labels": labels}}
 
 
-SANDBOX = container("sleepy_turing", {"airlock.sandbox": "1"})
+WORKER = "10.0.0.5"
+SANDBOX = container("sleepy_turing", {"airlock.sandbox": "1", "airlock.gate.peer": WORKER})
 ALLOWED = container("app", {"airlock.actions": ""})
 NAMED = container("web-2", {})
 POSTGRES = container("airlock_postgres_1", {"com.docker.compose.service": "postgres"})
@@ -201,11 +202,29 @@ def test_each_container_operation_reaches_only_what_it_is_for(method, op, subjec
     target = f"/v1.41/containers/{subject['Name'][1:]}" + (f"/{op}" if op else "")
     planned = plan(Request(method, target), POLICY)
     if allowed:
-        sent = judge(planned, subject, TARGETS)
+        sent = judge(planned, subject, TARGETS, WORKER)
         assert sent.path == f"/containers/{subject['Id']}" + (f"/{op}" if op else "")
     else:
         with pytest.raises(Denied):
-            judge(planned, subject, TARGETS)
+            judge(planned, subject, TARGETS, WORKER)
+
+
+@pytest.mark.parametrize("method, op", [("POST", "attach"), ("POST", "start"), ("POST", "wait"),
+                                        ("POST", "kill"), ("DELETE", "")])  # fmt: skip
+def test_only_the_worker_that_made_a_sandbox_reaches_into_it(method, op):
+    target = "/v1.41/containers/sleepy_turing" + (f"/{op}" if op else "")
+    with pytest.raises(Denied, match="another client started it"):
+        judge(plan(Request(method, target), POLICY), SANDBOX, TARGETS, "10.0.0.6")
+    inspected = judge(plan(Request("GET", "/containers/sleepy_turing/json"), POLICY), SANDBOX,
+                      TARGETS, "10.0.0.6")  # fmt: skip
+    assert inspected.container == SANDBOX["Id"]
+
+
+def test_a_create_is_labelled_with_its_clients_address_whatever_it_said():
+    body = sandbox_create()
+    body["Labels"]["airlock.gate.peer"] = "10.0.0.6"  # a forged creator
+    planned = plan(Request("POST", "/containers/create", json.dumps(body).encode(), WORKER), POLICY)
+    assert json.loads(planned.body)["Labels"]["airlock.gate.peer"] == WORKER
 
 
 def test_an_unknown_container_is_a_lookup_error():

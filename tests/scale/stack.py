@@ -8,6 +8,7 @@ browser's live-output websocket that reconnects after its last sequence number.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -142,14 +143,23 @@ class Stack:
             wait_for(lambda h=host: self.state(self.worker(h)) == "running", 60, f"{host} to run")
 
     def sandboxes(self, owner_prefix: str = "") -> dict[str, str]:
-        """The engine's sandbox containers of this stack's workers: id → owner label."""
+        """The engine's sandbox containers of this stack's workers: id → owner label.
+
+        Theirs are those the gate labelled with an address on this stack's
+        ``engine`` network (other stacks and suites share the engine).
+        """
+        subnet = ipaddress.ip_network(self.docker(
+            "network", "inspect", f"{self.project}_engine",
+            "--format", "{{range .IPAM.Config}}{{.Subnet}}{{end}}",
+        ).strip())  # fmt: skip
         found = {}
         for line in self.docker(
             "ps", "-a", "--no-trunc", "--filter", "label=airlock.sandbox",
-            "--format", '{{.ID}} {{.Label "airlock.owner"}}',
+            "--format", '{{.ID}} {{.Label "airlock.gate.peer"}} {{.Label "airlock.owner"}}',
         ).splitlines():  # fmt: skip
-            cid, _, owner = line.partition(" ")
-            if owner.startswith(owner_prefix or "host-"):
+            cid, peer, owner = (line.split(" ") + ["", ""])[:3]
+            ours = peer and ipaddress.ip_address(peer) in subnet
+            if ours and owner.startswith(owner_prefix):
                 found[cid] = owner
         return found
 

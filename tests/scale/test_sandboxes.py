@@ -155,7 +155,7 @@ def sandbox(**host):
     return {"Image": "airlock-sandbox:latest", "Cmd": ["python3", "-I", "-S", "-c", "1"],
             "User": "10001:10001", "Labels": {"airlock.sandbox": "1"}, "HostConfig": config}
 
-postgres = sys.argv[1]
+postgres, neighbours = sys.argv[1], sys.argv[2]
 listed = call("GET", "/containers/json?all=1")
 print(json.dumps({
     "listed": [listed[0], [sorted(c["Labels"]) for c in json.loads(listed[1])]],
@@ -166,17 +166,29 @@ print(json.dumps({
     "exec": call("POST", f"/containers/{postgres}/exec", {"Cmd": ["psql", "-c", "select 1"]}),
     "stop-postgres": call("POST", f"/containers/{postgres}/stop"),
     "info": call("GET", "/info"),
+    "attach-neighbour": call("POST", f"/containers/{neighbours}/attach?stream=1&stdin=1"),
+    "remove-neighbour": call("DELETE", f"/containers/{neighbours}?force=1"),
     "images": call("GET", "/images/json"),
     "socket": os.path.exists("/var/run/docker.sock"),
 }))
 """
 
 
-def test_forbidden_docker_calls_from_inside_a_worker_are_refused(stack: Stack):
+def test_forbidden_docker_calls_from_inside_a_worker_are_refused(stack: Stack, agent: Agent):
     postgres = stack.container("postgres")
+    neighbours = wait_for(
+        lambda: (
+            [cid for cid, owner in stack.sandboxes().items() if not owner.startswith("host-a:")]
+            or agent.script("print('warm another host')")
+            and None
+        ),
+        120,
+        "a sandbox of another worker",
+        interval=1,
+    )[0]
     out = stack.docker(
         "exec", "-e", f"NETWORK={stack.project}_default", stack.worker("host-a"),
-        "python", "-c", textwrap.dedent(FORBIDDEN), postgres,
+        "python", "-c", textwrap.dedent(FORBIDDEN), postgres, neighbours,
     )  # fmt: skip
     seen = json.loads(out)
     assert seen["ping"][0] == 200  # the gate answers: what follows is refused, not unreachable
@@ -188,6 +200,8 @@ def test_forbidden_docker_calls_from_inside_a_worker_are_refused(stack: Stack):
         ("exec", "does not exec"),
         ("stop-postgres", "not one Airlock may act on"),
         ("info", "not a call Airlock makes"),
+        ("attach-neighbour", "another client started it"),
+        ("remove-neighbour", "another client started it"),
         ("images", "not a call Airlock makes"),
     ]:
         status, body = seen[call]
@@ -195,6 +209,7 @@ def test_forbidden_docker_calls_from_inside_a_worker_are_refused(stack: Stack):
     status, labels = seen["listed"]
     assert status == 200 and all("airlock.sandbox" in each for each in labels), labels
     assert stack.state(postgres) == "running"
+    assert neighbours in stack.sandboxes()  # the other worker's sandbox is still there
 
 
 def test_a_worker_killed_while_its_sandbox_runs_leaves_no_container(stack: Stack, agent: Agent):
