@@ -4,8 +4,9 @@ Workers reach the Docker engine only through it (``DOCKER_HOST=tcp://dockergate:
 and it lets through exactly the calls Airlock makes, by method, path, query and body,
 each checked against what the container it names is:
 
-- ``rules``: the routes — what each call may do and to which container, and the
-  decision (``Decision``) for one request;
+- ``rules``: the routes — what each call may do and to which container (a sandbox
+  only for the client that made it, labelled ``airlock.gate.peer``), and the plan
+  (``Plan``) of what is sent on;
 - ``creates``: a sandbox container's create, read field by field against an allow-list
   (the sandbox image, a runner command, the hardening every sandbox has) and written
   out again from what was checked;
