@@ -196,12 +196,14 @@ class Agent:
     def __post_init__(self) -> None:
         self.session.headers["Authorization"] = f"Bearer {self.token}"
 
-    def call(self, method: str, path: str, **kwargs) -> requests.Response:
+    def call(self, method: str, path: str, retry: bool = True, **kwargs) -> requests.Response:
+        """One call; ``retry=False`` shows a dropped connection to the caller (a test counting them)."""
         kwargs.setdefault("timeout", 90)
         body = kwargs.get("json")
         if method == "POST" and path == "/api/v1/proposals" and isinstance(body, dict):
             kwargs["json"] = body = {"idempotency_key": f"scale-{uuid.uuid4().hex}", **body}
-        repeatable = method == "GET" or bool(isinstance(body, dict) and body.get("idempotency_key"))
+        keyed = isinstance(body, dict) and bool(body.get("idempotency_key"))
+        repeatable = retry and (method == "GET" or keyed)
         for pause in (*RETRY_PAUSES, None):
             try:
                 return self.session.request(method, self.url + path, **kwargs)

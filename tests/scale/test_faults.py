@@ -230,7 +230,9 @@ def test_a_web_container_killed_while_agents_long_poll_misses_nothing(
         seen = proposal
         while seen["execution_status"] not in TERMINAL:
             try:
-                response = client.call("GET", f"/api/v1/proposals/{seen['id']}?wait=30", timeout=40)
+                response = client.call(
+                    "GET", f"/api/v1/proposals/{seen['id']}?wait=30", retry=False, timeout=40
+                )
             except requests.RequestException:
                 dropped.append(seen["id"])
                 time.sleep(0.2)
