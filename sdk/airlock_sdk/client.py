@@ -42,6 +42,20 @@ def _pause(request: flows.Request, attempt: int, response: httpx.Response | None
         return PAUSES[attempt]
 
 
+def _settle(
+    request: flows.Request, attempt: int, got: httpx.Response | httpx.HTTPError, url: str
+) -> dict[str, Any] | float:
+    """What one try came to: the answer, or the seconds to wait before the next try
+    (``Unavailable`` or ``ApiError`` when there is neither)."""
+    response = got if isinstance(got, httpx.Response) else None
+    pause = _pause(request, attempt, response)
+    if pause is not None:
+        return pause
+    if response is None:
+        raise Unavailable(f"cannot reach {url}: {got}") from got
+    return _answer(response)
+
+
 def _answer(response: httpx.Response) -> dict[str, Any]:
     if response.is_success:
         return response.json()
@@ -112,16 +126,13 @@ class Airlock:
     def _send(self, request: flows.Request) -> dict[str, Any]:
         for attempt in itertools.count():
             try:
-                response = self._http.request(**_httpx_arguments(request, self.timeout))
+                got = self._http.request(**_httpx_arguments(request, self.timeout))
             except httpx.HTTPError as exc:
-                pause = _pause(request, attempt, None)
-                if pause is None:
-                    raise Unavailable(f"cannot reach {self.url}: {exc}") from exc
-            else:
-                pause = _pause(request, attempt, response)
-                if pause is None:
-                    return _answer(response)
-            time.sleep(pause)
+                got = exc
+            step = _settle(request, attempt, got, self.url)
+            if not isinstance(step, float):  # the answer; a float is a pause
+                return step
+            time.sleep(step)
         raise AssertionError("unreachable")
 
     def propose(self, action: str, parameters: dict[str, Any], *, reason: str = "",
@@ -202,16 +213,13 @@ class AsyncAirlock:
     async def _send(self, request: flows.Request) -> dict[str, Any]:
         for attempt in itertools.count():
             try:
-                response = await self._http.request(**_httpx_arguments(request, self.timeout))
+                got = await self._http.request(**_httpx_arguments(request, self.timeout))
             except httpx.HTTPError as exc:
-                pause = _pause(request, attempt, None)
-                if pause is None:
-                    raise Unavailable(f"cannot reach {self.url}: {exc}") from exc
-            else:
-                pause = _pause(request, attempt, response)
-                if pause is None:
-                    return _answer(response)
-            await asyncio.sleep(pause)
+                got = exc
+            step = _settle(request, attempt, got, self.url)
+            if not isinstance(step, float):  # the answer; a float is a pause
+                return step
+            await asyncio.sleep(step)
         raise AssertionError("unreachable")
 
     async def propose(self, action: str, parameters: dict[str, Any], *, reason: str = "",
