@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-SANDBOX_LABEL = "airlock.sandbox"
+from .targets import SANDBOX_LABEL
+
 RUNNER_PREFIX = ["python3", "-I", "-S"]
 MAX_MEMORY = 64 * 1024**3
 MAX_PIDS = 4096

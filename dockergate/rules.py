@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode
 
-from .creates import SANDBOX_LABEL, Policy, Refused, check_create
-from .targets import Targets
+from .creates import Policy, Refused, check_create
+from .targets import SANDBOX_LABEL, Targets
 
 VERSION_PREFIX = re.compile(r"\A/v[0-9]+\.[0-9]+(?=/)")
 CONTAINER_PATH = re.compile(r"\A/containers/([A-Za-z0-9][A-Za-z0-9_.-]{0,127})(?:/([a-z]+))?\Z")

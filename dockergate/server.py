@@ -50,7 +50,8 @@ class Engine:
                 f"{method} {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n".encode()
             )
             await writer.drain()
-            status, headers = _parse_response_head(await reader.readuntil(b"\r\n\r\n"))
+            first, headers = _head(await reader.readuntil(b"\r\n\r\n"))
+            status = int(first.split(" ", 2)[1])
             body = await reader.read()
             if headers.get("transfer-encoding", "").lower() == "chunked":
                 body = _dechunk(body)
@@ -59,15 +60,15 @@ class Engine:
             writer.close()
 
 
-def _parse_response_head(head: bytes) -> tuple[int, dict[str, str]]:
+def _head(head: bytes) -> tuple[str, dict[str, str]]:
+    """A request's or response's first line, and its headers by lower-cased name."""
     lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
     headers = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if sep:
             headers[name.strip().lower()] = value.strip()
-    return status, headers
+    return lines[0], headers
 
 
 def _dechunk(data: bytes) -> bytes:
@@ -120,14 +121,8 @@ class Gate:
                 await writer.wait_closed()
 
     async def _handle(self, reader, writer, peer) -> None:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, _version = (lines[0].split(" ") + ["", "", ""])[:3]
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
+        first, headers = _head(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT))
+        method, target, _version = (first.split(" ") + ["", "", ""])[:3]
         if "transfer-encoding" in headers:
             writer.write(
                 _answer(400, "Bad Request", "the gate takes bodies with Content-Length only")

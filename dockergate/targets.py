@@ -14,6 +14,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+# The label every Airlock sandbox carries (``executions.sandboxes.reaper.LABEL``, written
+# again because the gate imports nothing of Airlock; tests/dockergate holds them equal).
 SANDBOX_LABEL = "airlock.sandbox"
 
 

@@ -9,6 +9,7 @@ SDK (``DOCKER_HOST``) at it for one test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -36,20 +37,12 @@ class Gate:
         return self.log.read_text()
 
 
-@pytest.fixture(scope="session")
-def gate(tmp_path_factory) -> Iterator[Gate]:
-    engine = "/var/run/docker.sock"
-    require(os.path.exists(engine), f"no Docker engine socket at {engine}")
+@contextlib.contextmanager
+def running_gate(log: Path, engine: str, **env: str) -> Iterator[Gate]:
+    """``python -m dockergate`` on a free port in front of ``engine``, stopped afterwards."""
     port = serving.free_port()
-    log = tmp_path_factory.mktemp("gate") / "gate.log"
-    env = {
-        **os.environ,
-        "DOCKER_GATE_LISTEN": f"127.0.0.1:{port}",
-        "DOCKER_GATE_ENGINE": engine,
-        "DOCKER_GATE_RUNTIMES": "runsc",
-        "DOCKER_ACTION_CONTAINERS": TARGETS,
-        "LOG_LEVEL": "INFO",
-    }
+    env = {**os.environ, "DOCKER_GATE_LISTEN": f"127.0.0.1:{port}", "DOCKER_GATE_ENGINE": engine,
+           "LOG_LEVEL": "INFO", **env}  # fmt: skip
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "dockergate"], cwd=ROOT, env=env, stdout=out, stderr=out
@@ -61,6 +54,17 @@ def gate(tmp_path_factory) -> Iterator[Gate]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def gate(tmp_path_factory) -> Iterator[Gate]:
+    engine = "/var/run/docker.sock"
+    require(os.path.exists(engine), f"no Docker engine socket at {engine}")
+    log = tmp_path_factory.mktemp("gate") / "gate.log"
+    with running_gate(
+        log, engine, DOCKER_GATE_RUNTIMES="runsc", DOCKER_ACTION_CONTAINERS=TARGETS
+    ) as gate:
+        yield gate
 
 
 @pytest.fixture

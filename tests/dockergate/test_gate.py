@@ -28,12 +28,11 @@ from executions.sandboxes.base import Limits, MemorySink, RunRequest
 from executions.sandboxes.docker import DockerSandbox
 from executions.sandboxes.gvisor import GVisorSandbox
 from executions.sandboxes.reaper import LABEL as SANDBOX_LABEL
-from tests import serving
 from tests.executions.conftest import require_backend
 from tests.executions.test_docker_actions import run, wait_for_logs
-from tests.support import assert_container_removed, port_open, wait_for
+from tests.support import assert_container_removed, wait_for
 
-from .conftest import ROOT, Gate
+from .conftest import ROOT, Gate, running_gate
 from .test_rules import sandbox_create
 
 pytestmark = pytest.mark.docker
@@ -248,17 +247,8 @@ def test_the_reaper_through_the_gate_removes_a_dead_workers_sandbox(gate, client
 
 
 def test_an_engine_that_is_not_there_is_a_502_that_says_so(tmp_path):
-    port = serving.free_port()
-    env = {**os.environ, "DOCKER_GATE_LISTEN": f"127.0.0.1:{port}",
-           "DOCKER_GATE_ENGINE": str(tmp_path / "no-engine.sock")}  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "dockergate"], cwd=ROOT, env=env)
-    try:
-        wait_for(lambda: port_open("127.0.0.1", port), 15)
-        gate = Gate(port, tmp_path / "unused.log")
+    with running_gate(tmp_path / "gate.log", str(tmp_path / "no-engine.sock")) as gate:
         for method, path in [("GET", "/_ping"), ("GET", "/containers/anything/json")]:
             response = raw(gate, method, path)
             assert response.status_code == 502, (path, response.text)
             assert "cannot reach the engine" in response.json()["message"]
-    finally:
-        process.terminate()
-        process.wait(10)

@@ -18,7 +18,8 @@ import pytest
 
 from dockergate.creates import Policy
 from dockergate.rules import Denied, Request, judge, plan
-from dockergate.targets import BadRules, Targets
+from dockergate.targets import SANDBOX_LABEL, BadRules, Targets
+from executions.sandboxes import reaper
 from executions.sandboxes.base import Limits, SandboxError
 from executions.sandboxes.docker import DockerSandbox
 from executions.sandboxes.docker.pool import Shape
@@ -247,6 +248,10 @@ def test_target_rules_parse_and_match():
 def test_a_rule_that_does_not_parse_says_so(text):
     with pytest.raises(BadRules, match="rule|label"):
         Targets.parse(text)
+
+
+def test_the_gate_knows_sandboxes_by_the_label_the_backends_give_them():
+    assert SANDBOX_LABEL == reaper.LABEL
 
 
 def test_the_gate_imports_the_standard_library_only():
