@@ -7,6 +7,8 @@ in it are made here. Imports nothing of Airlock but ``dockergate.targets`` (its 
 
 import os
 import secrets
+import shutil
+import subprocess
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -54,10 +56,56 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def data_dir(name: str, default: Path) -> Path:
+    """The data dir named by ``name``; an empty value is the default, not the working dir."""
+    return Path(env(name).strip() or default)
+
+
 def private_data_dir(path: Path) -> Path:
-    """The data dir, created readable by this user alone (0700)."""
+    """The data dir, created readable by this user alone (0700), never in a checkout."""
+    refuse_checkout(path)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def refuse_checkout(path: Path) -> None:
+    """Refuse a data dir inside a git work tree unless the tree ignores it.
+
+    A data dir holds the install's key and database: inside a checkout, one
+    ``git add -A`` publishes them (and a copy of the tree into an image ships them).
+    """
+    path = path.absolute()
+    tree = next((folder for folder in (path, *path.parents) if (folder / ".git").exists()), None)
+    if tree is None:
+        return
+    git = shutil.which("git")
+    if git is not None:
+        # safe.directory: the tree may belong to another user; only its ignore rules are read.
+        # The trailing slash asks about a directory, also one not made yet (``/var/``).
+        asked = subprocess.run(
+            [
+                git,
+                "-c",
+                "safe.directory=*",
+                "-C",
+                str(tree),
+                "check-ignore",
+                "-q",
+                "--",
+                f"{path}/",
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        if asked.returncode == 0:
+            return
+    why = "git is not installed to tell whether it ignores it" if git is None else "not ignored"
+    raise ImproperlyConfigured(
+        f"the data dir {path} is inside the git work tree {tree} ({why}): it would hold this "
+        "install's secret key and database where a commit takes them along. Set "
+        "AIRLOCK_DATA_DIR to a directory outside the checkout (the default ./var is ignored)."
+    )
 
 
 def secret_key_file(data_dir: Path) -> str:

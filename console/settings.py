@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from console.environment import (
+    data_dir,
     env,
     env_bool,
     env_choice,
@@ -35,7 +36,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DEBUG = env_bool("DEBUG", False)
 #: `AIRLOCK_DATA_DIR` | `./var` | SQLite database, broker folders, beat schedule, secret key;
 #:   readable by Airlock's user alone (0700)
-DATA_DIR = Path(env("AIRLOCK_DATA_DIR", str(BASE_DIR / "var")))
+#:   never inside a git work tree unless ignored there (start-up refuses it)
+DATA_DIR = data_dir("AIRLOCK_DATA_DIR", BASE_DIR / "var")
 # Without SECRET_KEY an embedded install keeps a key of its own in the data
 # dir; the scale deployment (DATABASE_URL) has several hosts that must share one.
 #: `SECRET_KEY` | a key made for this install in `$AIRLOCK_DATA_DIR/secret_key` (0600); required

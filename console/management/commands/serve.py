@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
@@ -139,7 +140,10 @@ class Command(BaseCommand):
         # Everything Airlock writes from here on is its own user's alone: the
         # database, broker messages, the beat schedule (children inherit this).
         os.umask(0o077)
-        data_dir = private_data_dir(Path(settings.DATA_DIR))
+        try:
+            data_dir = private_data_dir(Path(settings.DATA_DIR))
+        except ImproperlyConfigured as exc:  # inside a checkout
+            raise CommandError(str(exc)) from None
         _make_private(data_dir, 0o700)
         self.logs = data_dir / "logs"
         self.logs.mkdir(mode=0o700, exist_ok=True)
