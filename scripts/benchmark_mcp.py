@@ -75,20 +75,19 @@ async def over_stdio(server: Server, data_dir: Path):
             yield client
 
 
-def upstream(calls: Path) -> StdioServerParameters:
+def upstream() -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "tests.gateway.upstream", "stdio"],
-        env={"UPSTREAM_CALLS": str(calls), "PYTHONPATH": str(ROOT)},
+        env={"PYTHONPATH": str(ROOT)},
     )
 
 
 def behind_the_gateway(data_dir: Path) -> None:
-    """The upstream behind Airlock, its echo allowed by policy."""
-    command = upstream(data_dir / "calls")
-    listed = {
-        "upstreams": {"up": {"command": [command.command, *command.args], "env": command.env}}
-    }
+    """The upstream behind Airlock (sandboxed: it reads its code), its echo allowed by policy."""
+    command = upstream()
+    config = {"command": [command.command, *command.args], "env": command.env}
+    listed = {"upstreams": {"up": {**config, "read": [str(ROOT / "tests")]}}}
     (data_dir / "upstreams.yaml").write_text(json.dumps(listed))  # JSON is YAML
     manage(data_dir, "upstreams", "apply", str(data_dir / "upstreams.yaml"))
     allow = [{"kind": "tool", "pattern": "up.echo", "note": "benchmark"}]
@@ -114,7 +113,7 @@ async def measure(server: Server, data_dir: Path, runs: int) -> dict[str, list[f
     async with (
         over_http(server) as http,
         over_stdio(server, data_dir) as stdio,
-        Client(upstream(data_dir / "direct-calls")) as direct,
+        Client(upstream()) as direct,
     ):
         for _ in range(2):  # warm-up: every web process, every client, the upstream started
             await asyncio.to_thread(through_airlock, server)

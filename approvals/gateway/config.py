@@ -9,6 +9,8 @@ anything is written::
       github:
         command: [npx, -y, "@modelcontextprotocol/server-github"]
         env: {GITHUB_PERSONAL_ACCESS_TOKEN: "${GITHUB_TOKEN}"}
+        read: [/opt/mcp/github]       # what of the host its sandbox shows it, beside
+        write: []                     # the system dirs, its installation and /work
       crm:
         url: https://crm.example.com/mcp
         headers: {Authorization: "Bearer ${CRM_TOKEN}"}
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import yaml
+from django.conf import settings
 from django.db import transaction
 
 from approvals.gateway.models import Upstream
@@ -38,7 +42,17 @@ REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
 MAX_TIMEOUT_SECONDS = 3600
-FIELDS = ("command", "env", "url", "headers", "timeout_seconds", "enabled", "description")
+FIELDS = (
+    "command",
+    "env",
+    "read",
+    "write",
+    "url",
+    "headers",
+    "timeout_seconds",
+    "enabled",
+    "description",
+)
 
 
 class ConfigError(Exception):
@@ -75,6 +89,8 @@ def clean(name: object, data: object) -> dict:
         "transport": "",
         "command": [],
         "env": {},
+        "read": [],
+        "write": [],
         "url": "",
         "headers": {},
         "timeout_seconds": 60,
@@ -88,6 +104,8 @@ def clean(name: object, data: object) -> dict:
         row["transport"] = Upstream.Transport.STDIO
         row["command"] = _command(data["command"], problems)
         row["env"] = _mapping(data.get("env"), "env", ENV_NAME, problems)
+        row["read"] = _paths(data.get("read"), "read", problems)
+        row["write"] = _paths(data.get("write"), "write", problems)
         if data.get("headers"):
             problems.append("headers: only for an upstream reached at a url")
     if has_url:
@@ -96,6 +114,9 @@ def clean(name: object, data: object) -> dict:
         row["headers"] = _mapping(data.get("headers"), "headers", HEADER_NAME, problems)
         if data.get("env"):
             problems.append("env: only for an upstream started as a command")
+        for field in ("read", "write"):
+            if data.get(field):
+                problems.append(f"{field}: only for an upstream started as a command")
     timeout = data.get("timeout_seconds", 60)
     if (
         isinstance(timeout, bool)
@@ -129,6 +150,46 @@ def _command(value: object, problems: list[str]) -> list[str]:
     if any("\0" in part for part in value):
         problems.append("command: no NUL characters")
     return value
+
+
+def _paths(value: object, field: str, problems: list[str]) -> list[str]:
+    """Host paths a stdio upstream's sandbox shows it: absolute, and none of Airlock's own."""
+    if value in (None, []):
+        return []
+    if not isinstance(value, list) or not all(isinstance(path, str) for path in value):
+        problems.append(f"{field}: a list of absolute paths")
+        return []
+    for path in value:
+        if not path.startswith("/") or "\0" in path or "\n" in path:
+            problems.append(f"{field}: {path!r} is not an absolute path")
+        elif what := hidden_in(path):
+            problems.append(f"{field}: {path} would show the upstream {what}")
+    return value
+
+
+def hidden_paths() -> list[tuple[str, str]]:
+    """(what, path) of what no upstream may see: Airlock's data, database and keys."""
+    found = [("Airlock's data dir", str(settings.DATA_DIR))]
+    database = settings.DATABASES["default"]
+    if "sqlite" in database["ENGINE"]:
+        found.append(("Airlock's database", str(database["NAME"])))
+    for name in ("AUDIT_SIGNING_KEY_FILE", "AUDIT_CHECKPOINT_FILE"):
+        if getattr(settings, name, ""):
+            found.append((f"Airlock's {name}", str(getattr(settings, name))))
+    return [(what, os.path.realpath(path)) for what, path in found]
+
+
+def hidden_in(path: str) -> str | None:
+    """What of Airlock's own ``path`` is, holds or lies in; None when it is clear of them."""
+    real = os.path.realpath(path)
+    for what, hidden in hidden_paths():
+        if (
+            real == hidden
+            or hidden.startswith(real.rstrip("/") + "/")
+            or real.startswith(hidden + "/")
+        ):
+            return f"{what} ({hidden})"
+    return None
 
 
 def _url(value: object, problems: list[str]) -> str:
@@ -173,6 +234,8 @@ def audit_data(name: str, row: dict) -> dict:
         "command": row["command"],
         "url": row["url"],
         "env_names": sorted(row["env"]),
+        "read": row.get("read", []),
+        "write": row.get("write", []),
         "header_names": sorted(row["headers"]),
         "timeout_seconds": row["timeout_seconds"],
         "enabled": row["enabled"],

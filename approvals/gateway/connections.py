@@ -5,7 +5,11 @@ stays open: a task of its own holds the client's context, since the SDK's
 task groups must be entered and left by one task, while calls come from the
 tasks of many requests. An upstream whose process died, or whose connection
 closed, is opened again on the next use; the call that found it dead is
-never sent again (nothing is called upstream twice). A changed configuration
+never sent again (nothing is called upstream twice). A stdio upstream runs in
+a sandbox (``executions.sandboxes.confined_server``): no network, nothing of
+Airlock's environment, data dir, database or keys, only the host's system
+dirs, its installation and the paths its configuration lists; its stderr
+goes to this module's log, a line at a time, named. A changed configuration
 (its fingerprint) closes the old connection and opens a new one.
 
 Everything here is async and reads no database: the caller resolves the
@@ -18,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -31,8 +35,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
-from approvals.gateway.config import REFERENCE, fingerprint, row_of
+from approvals.gateway.config import REFERENCE, fingerprint, hidden_paths, row_of
 from approvals.gateway.models import Upstream
+from executions.sandboxes import ConfinedServer, SandboxUnavailable, ServerSpec, confined_server
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,9 @@ class Target:
     transport: str
     command: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+    hidden: tuple[str, ...]  # Airlock's own paths, which its sandbox never shows
     url: str
     headers: tuple[tuple[str, str], ...]
     timeout_seconds: int
@@ -85,6 +93,9 @@ def target_of(upstream: Upstream) -> Target:
         transport=upstream.transport,
         command=tuple(upstream.command),
         env=env,
+        read=tuple(upstream.read),
+        write=tuple(upstream.write),
+        hidden=tuple(path for _, path in hidden_paths()),
         url=upstream.url,
         headers=headers,
         timeout_seconds=upstream.timeout_seconds,
@@ -100,16 +111,55 @@ def targets() -> list[Target]:
 
 def _client(target: Target, stack: contextlib.AsyncExitStack) -> Client:
     if target.transport == Upstream.Transport.STDIO:
+        server = _confined(target)
+        stack.callback(server.cleanup)  # after the process has ended (entered first)
         parameters = StdioServerParameters(
-            command=target.command[0], args=list(target.command[1:]), env=dict(target.env)
+            command=server.argv[0], args=server.argv[1:], env=server.env
         )
-        return Client(stdio_client(parameters, errlog=sys.stderr))
+        return Client(stdio_client(parameters, errlog=_stderr_log(target.name, stack)))
     http = httpx2.AsyncClient(
         headers=dict(target.headers),
         timeout=httpx2.Timeout(CONNECT_SECONDS, read=target.timeout_seconds + 5),
     )
     stack.push_async_callback(http.aclose)
     return Client(streamable_http_client(target.url, http_client=http))
+
+
+def _confined(target: Target) -> ConfinedServer:
+    """The upstream's command in a sandbox: no network, no view of Airlock's data or
+    environment, the host's system dirs and the paths it was given, a scratch /work."""
+    spec = ServerSpec(
+        name=target.name,
+        argv=target.command,
+        env=target.env,
+        read=target.read,
+        write=target.write,
+        hidden=target.hidden,
+    )
+    try:
+        return confined_server(spec)
+    except SandboxUnavailable as exc:
+        raise UpstreamDown(f"upstream {target.name} cannot be sandboxed: {exc}") from None
+
+
+def _stderr_log(name: str, stack: contextlib.ExitStack | contextlib.AsyncExitStack):
+    """A pipe for the upstream's stderr whose lines go to this module's log, named."""
+    read_fd, write_fd = os.pipe()
+    reader = threading.Thread(
+        target=_log_lines, args=(read_fd, name), name=f"upstream {name} stderr", daemon=True
+    )
+    reader.start()
+    errlog = os.fdopen(write_fd, "w")
+    stack.callback(errlog.close)  # the process holds its own copy; EOF once it has ended
+    return errlog
+
+
+def _log_lines(fd: int, name: str) -> None:
+    with os.fdopen(fd, "rb") as lines:
+        for line in lines:
+            text = line.decode("utf-8", errors="replace").rstrip()
+            if text:
+                log.warning("upstream %s: %s", name, text[:2000])
 
 
 def _describe(error: BaseException) -> str:

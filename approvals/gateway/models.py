@@ -10,7 +10,9 @@ class Upstream(models.Model):
 
     Values in ``env`` and ``headers`` may name Airlock's own environment as
     ``${NAME}``, so a secret need not be kept in the database; the console and
-    the audit trail show their names, never their values.
+    the audit trail show their names, never their values. A stdio upstream
+    runs sandboxed (``connections``): of the host it sees the system
+    directories, its installation, and ``read`` / ``write``.
     """
 
     class Transport(models.TextChoices):
@@ -21,6 +23,9 @@ class Upstream(models.Model):
     transport = models.CharField(max_length=8, choices=Transport.choices)
     command = models.JSONField(default=list, blank=True)  # argv, for stdio
     env = models.JSONField(default=dict, blank=True)  # for stdio, beside a minimal environment
+    # For stdio: the host paths its sandbox shows it, read-only and writable (absolute).
+    read = models.JSONField(default=list, blank=True)
+    write = models.JSONField(default=list, blank=True)
     url = models.URLField(max_length=500, blank=True)  # for http
     headers = models.JSONField(default=dict, blank=True)  # for http
     timeout_seconds = models.PositiveIntegerField(default=60)

@@ -2,6 +2,10 @@
 
 ``SANDBOX_BACKEND`` is ``auto`` | ``local`` | ``docker`` | ``gvisor``; ``auto``
 picks the strongest backend whose probe succeeds on this host.
+
+``confined_server(spec)``: a long-lived program that speaks on its stdio (the
+MCP gateway's stdio upstreams), confined by the local backend's namespaces or
+Landlock (``local.servers``) whatever backend runs scripts.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from .base import (
     SandboxUnavailable,
     UnsupportedLanguage,
 )
+from .local.servers import ConfinedServer, ServerSpec
+from .local.servers import server_command as confined_server
 
 __all__ = [
     "Availability",
@@ -36,6 +42,9 @@ __all__ = [
     "SandboxError",
     "SandboxUnavailable",
     "UnsupportedLanguage",
+    "ConfinedServer",
+    "ServerSpec",
+    "confined_server",
     "BACKENDS",
     "backend_class",
     "probe_all",

@@ -5,27 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import threading
 
 from tests.browser.conftest import wait_for
+from tests.gateway.conftest import open_folder, stdio_upstream
 from tests.mcp.conftest import connect, text_of
-from tests.serving import ROOT, manage
+from tests.serving import manage
 
 
 def test_a_reviewer_approves_an_upstream_call_in_the_console_and_the_agent_gets_its_answer(
     server, login, tmp_path
 ):
     data = server.log.parent  # serve.log lies in the data dir
-    calls = tmp_path / "calls.jsonl"
-    listed = {
-        "upstreams": {
-            "billing": {
-                "command": [sys.executable, "-m", "tests.gateway.upstream", "stdio"],
-                "env": {"UPSTREAM_CALLS": str(calls), "PYTHONPATH": str(ROOT)},
-            }
-        }
-    }
+    calls = open_folder("airlock-browser-calls-") / "calls.jsonl"
+    listed = {"upstreams": {"billing": stdio_upstream(calls)}}
     (tmp_path / "upstreams.yaml").write_text(json.dumps(listed))
     manage(data, "upstreams", "apply", str(tmp_path / "upstreams.yaml"))
 

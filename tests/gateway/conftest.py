@@ -9,8 +9,10 @@ Each upstream writes every call it receives to its own file.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.mcp.conftest import Served, pytest_runtest_makereport  # noqa: F401
-from tests.serving import ROOT, free_port, start_server
+from tests.serving import ROOT, USER_PYTHON, free_port, start_server
 
 SECRET = "gw-secret-7f3a"
 
@@ -68,17 +70,36 @@ class Gateway:
         raise AssertionError(f"no pending call of {tool}")
 
 
+def stdio_upstream(calls: Path | None = None, **env: str) -> dict:
+    """The suite's stdio upstream as an upstream's configuration.
+
+    It runs sandboxed: it may read its own code (``tests/``) and, when ``calls``
+    is given, write its calls there (a folder from ``open_folder``). USER_PYTHON:
+    as root, the sandbox runs it as a uid of its own, which cannot reach /root.
+    """
+    config = {
+        "command": [USER_PYTHON, "-m", "tests.gateway.upstream", "stdio"],
+        "read": [str(ROOT / "tests")],
+        "env": {"PYTHONPATH": str(ROOT), **env},
+    }
+    if calls is not None:
+        config["write"] = [str(calls.parent)]
+        config["env"]["UPSTREAM_CALLS"] = str(calls)
+    return config
+
+
+def open_folder(prefix: str) -> Path:
+    """A temp folder a sandboxed upstream can write, whatever uid it runs as (not under
+    pytest's own temp dir, which is 0700); the caller removes it."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o777)
+    return folder
+
+
 def _upstreams(calls: Path, web_port: int, down_port: int) -> str:
     def stdio(name: str, timeout: int) -> dict:
-        return {
-            "command": [sys.executable, "-m", "tests.gateway.upstream", "stdio"],
-            "env": {
-                "UPSTREAM_CALLS": str(calls / f"{name}.jsonl"),
-                "PYTHONPATH": str(ROOT),
-                "FROM_AIRLOCK": "${GATEWAY_SECRET}",
-            },
-            "timeout_seconds": timeout,
-        }
+        config = stdio_upstream(calls / f"{name}.jsonl", FROM_AIRLOCK="${GATEWAY_SECRET}")
+        return {**config, "timeout_seconds": timeout}
 
     return json.dumps(
         {
@@ -96,10 +117,10 @@ def _upstreams(calls: Path, web_port: int, down_port: int) -> str:
 
 
 @pytest.fixture(scope="package")
-def gateway(tmp_path_factory) -> Iterator[Gateway]:
-    root = tmp_path_factory.mktemp("gateway")
-    calls = root / "calls"
-    calls.mkdir()
+def gateway() -> Iterator[Gateway]:
+    root = Path(tempfile.mkdtemp(prefix="airlock-gateway-"))
+    root.chmod(0o755)
+    calls = open_folder("airlock-gateway-calls-")
     web_port, down_port = free_port(), free_port()
     web = subprocess.Popen(
         [sys.executable, "-m", "tests.gateway.upstream", "http", str(web_port)],
@@ -122,6 +143,8 @@ def gateway(tmp_path_factory) -> Iterator[Gateway]:
             server.stop()
         web.terminate()
         web.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(calls, ignore_errors=True)
 
 
 def _wait_for(url: str) -> None:

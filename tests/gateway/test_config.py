@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
@@ -12,7 +10,7 @@ from approvals.gateway import config
 from approvals.gateway.models import Upstream
 from audit.models import AuditEvent
 from tests.console.conftest import logged_in
-from tests.serving import ROOT
+from tests.gateway.conftest import stdio_upstream
 
 FILE = """
 upstreams:
@@ -80,12 +78,25 @@ def test_a_file_sets_the_upstreams_whole_audited_without_secret_values(tmp_path,
         ("upstreams:\n  x: {url: 'http://h/mcp', headers: {'a b': c}}", "invalid name(s) a b"),
         ("upstreams:\n  x: {command: [ls], headers: {A: b}}", "x: headers: only for an upstream"),
         ("upstreams:\n  x: {command: [ls], colour: red}", "x: unknown field(s) colour"),
+        (
+            "upstreams:\n  x: {command: [ls], read: [opt/mcp]}",
+            "x: read: 'opt/mcp' is not an absolute",
+        ),
+        ("upstreams:\n  x: {command: [ls], read: /opt}", "x: read: a list of absolute paths"),
+        ("upstreams:\n  x: {command: [ls], read: ['{data}/..']}", "x: read: {data}/.. would show"),
+        (
+            "upstreams:\n  x: {command: [ls], write: ['{data}']}",
+            "would show the upstream Airlock's data",
+        ),
+        ("upstreams:\n  x: {command: [ls], write: ['{data}/x']}", "x: write: {data}/x would show"),
+        ("upstreams:\n  x: {url: 'http://h/mcp', read: [/opt]}", "x: read: only for an upstream"),
         ("servers: {}", "the file is a mapping with one key, upstreams"),
         ("upstreams: [a]", "upstreams: a mapping of names"),
         ("upstreams: {x: [", "not YAML"),
     ],
 )
-def test_a_bad_file_is_refused_whole_naming_each_problem(tmp_path, text, said):
+def test_a_bad_file_is_refused_whole_naming_each_problem(tmp_path, text, said, settings):
+    text, said = (x.replace("{data}", str(settings.DATA_DIR)) for x in (text, said))
     Upstream.objects.create(name="kept", transport="stdio", command=["true"])
     path = tmp_path / "bad.yaml"
     path.write_text(
@@ -198,16 +209,11 @@ def test_the_reviewers_page_says_who_makes_the_call_once_approved(reviewer, agen
 
 @pytest.mark.django_db
 def test_the_console_checks_an_upstream_by_listing_its_tools(admin_user):
-    Upstream.objects.create(
-        name="up",
-        transport="stdio",
-        command=[sys.executable, "-m", "tests.gateway.upstream", "stdio"],
-        env={"PYTHONPATH": str(ROOT)},
-    )
+    Upstream.objects.create(name="up", transport="stdio", **stdio_upstream())
     Upstream.objects.create(name="gone", transport="stdio", command=["/nonexistent/server"])
     client = logged_in(admin_user)
     checked = client.post(reverse("console:upstream-action", args=["up", "check"]), follow=True)
-    assert "Upstream up answered with 8 tool(s): up__echo, up__add" in checked.content.decode()
+    assert "Upstream up answered with 10 tool(s): up__echo, up__add" in checked.content.decode()
     failed = client.post(reverse("console:upstream-action", args=["gone", "check"]), follow=True)
     assert "upstream gone is unreachable: its command was not found" in failed.content.decode()
     unknown = client.post(reverse("console:upstream-action", args=["up", "explode"]))

@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
+import shutil
+from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from approvals.gateway.connections import Connection, Pool, Target, UpstreamDown
-from tests.serving import ROOT, free_port
+from tests.gateway.conftest import open_folder, stdio_upstream
+from tests.serving import USER_PYTHON, free_port
+from tests.support import wait_for
+
+
+@pytest.fixture
+def calls() -> Iterator[Path]:
+    """Where the upstream writes down its calls, from its sandbox."""
+    folder = open_folder("airlock-connections-")
+    yield folder / "calls.jsonl"
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def stdio(calls, timeout: int = 10, **env) -> Target:
+    config = stdio_upstream(calls, **env)
     return Target(
         name="up",
         transport="stdio",
-        command=(sys.executable, "-m", "tests.gateway.upstream", "stdio"),
-        env=tuple({"UPSTREAM_CALLS": str(calls), "PYTHONPATH": str(ROOT), **env}.items()),
+        command=tuple(config["command"]),
+        env=tuple(config["env"].items()),
+        read=tuple(config["read"]),
+        write=tuple(config["write"]),
+        hidden=(),
         url="",
         headers=(),
         timeout_seconds=timeout,
@@ -26,14 +42,11 @@ def stdio(calls, timeout: int = 10, **env) -> Target:
     )
 
 
-def pids(calls) -> list[int]:
-    return [json.loads(line)["pid"] for line in calls.read_text().splitlines()]
+def processes(calls) -> list[str]:
+    return [json.loads(line)["process"] for line in calls.read_text().splitlines()]
 
 
-def test_a_crashed_process_is_started_again_on_the_next_call_and_the_call_is_not_made_twice(
-    tmp_path,
-):
-    calls = tmp_path / "calls.jsonl"
+def test_a_crashed_process_is_started_again_on_the_next_call_and_the_call_is_not_made_twice(calls):
 
     async def scenario():
         connection = Connection(stdio(calls))
@@ -52,13 +65,13 @@ def test_a_crashed_process_is_started_again_on_the_next_call_and_the_call_is_not
         {"result": "echo: two"},
     )
     assert opened == 2
-    before, crashed, after = pids(calls)
+    before, crashed, after = processes(calls)
     assert before == crashed != after
 
 
-def test_a_slow_call_times_out_and_the_connection_stays_usable(tmp_path):
+def test_a_slow_call_times_out_and_the_connection_stays_usable(calls):
     async def scenario():
-        connection = Connection(stdio(tmp_path / "calls.jsonl", timeout=1))
+        connection = Connection(stdio(calls, timeout=1))
         try:
             with pytest.raises(UpstreamDown, match="did not answer slow within 1 s"):
                 await connection.call("slow", {"seconds": 3})
@@ -87,15 +100,15 @@ def test_a_slow_call_times_out_and_the_connection_stays_usable(tmp_path):
             "upstream up is unreachable: it refused the connection",
         ),
         (
-            lambda calls: replace(stdio(calls), command=(sys.executable, "-c", "pass")),
+            lambda calls: replace(stdio(calls), command=(USER_PYTHON, "-c", "pass")),
             "upstream up is unreachable",
         ),
     ],
     ids=["no-command", "unset-variable", "http-refused", "exits-at-once"],
 )
-def test_an_upstream_that_cannot_be_reached_says_why(tmp_path, target, said):
+def test_an_upstream_that_cannot_be_reached_says_why(calls, target, said):
     async def scenario():
-        connection = Connection(target(tmp_path / "calls.jsonl"))
+        connection = Connection(target(calls))
         try:
             await connection.list_tools()
         finally:
@@ -106,13 +119,13 @@ def test_an_upstream_that_cannot_be_reached_says_why(tmp_path, target, said):
     assert said in raised.value.message
 
 
-def test_a_changed_configuration_opens_a_new_connection_and_a_removed_one_closes(tmp_path):
+def test_a_changed_configuration_opens_a_new_connection_and_a_removed_one_closes(calls):
     async def scenario():
         pool = Pool()
-        first = pool.connection(stdio(tmp_path / "calls.jsonl"))
+        first = pool.connection(stdio(calls))
         await first.list_tools()
-        same = pool.connection(stdio(tmp_path / "calls.jsonl"))
-        changed = pool.connection(replace(stdio(tmp_path / "calls.jsonl"), fingerprint="two"))
+        same = pool.connection(stdio(calls))
+        changed = pool.connection(replace(stdio(calls), fingerprint="two"))
         await asyncio.sleep(0.5)
         first_alive = first.alive
         await changed.list_tools()
@@ -125,10 +138,10 @@ def test_a_changed_configuration_opens_a_new_connection_and_a_removed_one_closes
     assert first_alive is False and changed_alive is False and left == {}
 
 
-def test_an_upstream_that_failed_to_start_is_not_tried_again_at_once(tmp_path):
-    starts = tmp_path / "starts"
+def test_an_upstream_that_failed_to_start_is_not_tried_again_at_once(calls):
+    starts = calls.parent / "starts"
     note_and_exit = f"open({str(starts)!r}, 'a').write('started\\n')"
-    broken = replace(stdio(tmp_path / "calls.jsonl"), command=(sys.executable, "-c", note_and_exit))
+    broken = replace(stdio(calls), command=(USER_PYTHON, "-c", note_and_exit))
 
     async def scenario():
         connection = Connection(broken)
@@ -143,3 +156,18 @@ def test_an_upstream_that_failed_to_start_is_not_tried_again_at_once(tmp_path):
     errors, opened = asyncio.run(scenario())
     assert len(errors) == 3 and len(set(errors)) == 1 and opened == 0
     assert starts.read_text() == "started\n"  # the two later calls started nothing
+
+
+def test_what_an_upstream_writes_to_stderr_goes_to_the_log_named(calls, caplog):
+    said = "import sys; sys.stderr.write('no token given\\n'); sys.exit(2)"
+    broken = replace(stdio(calls), command=(USER_PYTHON, "-c", said))
+
+    async def scenario():
+        connection = Connection(broken)
+        with pytest.raises(UpstreamDown):
+            await connection.list_tools()
+        await connection.ended()
+
+    with caplog.at_level("WARNING", logger="approvals.gateway.connections"):
+        asyncio.run(scenario())
+        wait_for(lambda: "upstream up: no token given" in caplog.text, timeout=5)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from urllib.parse import urlsplit
 
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.gateway.conftest import SECRET, Gateway
 from tests.mcp.conftest import Progress, connect, text_of
+from tests.serving import ROOT
 
 
 def run(coroutine):
@@ -188,13 +190,13 @@ def test_a_stdio_upstream_that_crashes_is_a_tool_error_and_is_started_again(gate
     crashed = run(call(gateway, token, "up__crash", {}))
     assert crashed.is_error is True
     assert "upstream up closed the connection during crash" in text_of(crashed)
-    (dead,) = [c["pid"] for c in gateway.calls("up", "crash")]  # made once, not again
+    (dead,) = [c["process"] for c in gateway.calls("up", "crash")]  # made once, not again
     # Each web process has its own upstream; whichever answers, the dead one is started again.
     for n in range(4):
         after = run(call(gateway, token, "up__echo", {"text": f"after {n}"}))
         assert (after.is_error, text_of(after)) == (False, f"echo: after {n}")
     served = {
-        c["pid"] for c in gateway.calls("up", "echo") if c["arguments"]["text"][:5] == "after"
+        c["process"] for c in gateway.calls("up", "echo") if c["arguments"]["text"][:5] == "after"
     }
     assert dead not in served
     (proposal,) = [p for p in proposals_of(gateway, "up.crash") if p["agent"] == "crasher"]
@@ -245,3 +247,36 @@ def test_bad_calls_are_refused_before_anything_is_proposed(gateway):
     )
     assert ungranted.is_error is True and "capabilit" in text_of(ungranted)
     assert not [c for c in gateway.calls("up", "echo") if c["arguments"]["text"] == "x"]
+
+
+def test_a_stdio_upstream_runs_sandboxed_away_from_airlocks_key_data_and_ports(gateway):
+    """Its tools try what a hostile server would; its legitimate tools still answer."""
+    gateway.policy(allow=[("tool", "up.probe"), ("tool", "up.scratch")])
+    token = gateway.agent("prober", "tool.call:up.*")
+
+    def probe(**arguments) -> str:
+        result = run(call(gateway, token, "up__probe", arguments))
+        assert result.is_error is False, text_of(result)
+        return text_of(result)
+
+    data = gateway.served.data
+    assert (data / "secret_key").exists()
+    port = urlsplit(gateway.served.server.base).port
+    refused = {
+        "the secret key": probe(path=str(data / "secret_key")),
+        "the database": probe(path=str(data / "airlock.sqlite3")),
+        "the data dir": probe(folder=str(data)),
+        "the checkout beyond its own paths": probe(path=str(ROOT / "pyproject.toml")),
+        "the host's passwords": probe(path="/etc/shadow"),
+        "Airlock's port": probe(host="127.0.0.1", port=port),
+        "Redis": probe(host="127.0.0.1", port=6379),
+        "PostgreSQL": probe(host="127.0.0.1", port=5432),
+        "an outside address": probe(host="1.1.1.1", port=53),
+    }
+    assert {what: said for what, said in refused.items() if not said.startswith("refused")} == {}
+    # What its configuration gives it: its code (read), its calls file (write), a scratch dir.
+    assert probe(path=str(ROOT / "tests" / "gateway" / "upstream.py")).startswith("read ")
+    assert gateway.calls("up", "probe")[-1]["arguments"]["path"].endswith("upstream.py")
+    scratch = run(call(gateway, token, "up__scratch", {"text": "kept"}))
+    assert text_of(scratch).endswith(": kept")
+    assert str(data) not in text_of(scratch)

@@ -4,14 +4,17 @@
 ``python -m tests.gateway.upstream http PORT`` serves streamable HTTP on
 ``/mcp``. Every call it receives is appended, as a JSON line, to the file
 named by ``UPSTREAM_CALLS`` (when it is set) (so a test can show a call never reached it),
-with the process id (so a test can see a restarted process); ``whoami``
-answers the ``Authorization`` header a call came with over HTTP.
+with a token of the process (so a test can see a restarted one); ``whoami``
+answers the ``Authorization`` header a call came with over HTTP; ``probe``
+tries to read, list or connect (the sandbox tests), ``scratch`` writes its
+working dir.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 
@@ -20,12 +23,14 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
 server = MCPServer("upstream-under-test")
+# Which process answered: in a sandbox of its own PID namespace every one is pid 2.
+PROCESS = os.urandom(8).hex()
 
 
 def _called(tool: str, **arguments) -> None:
     if "UPSTREAM_CALLS" not in os.environ:
         return
-    line = {"tool": tool, "arguments": arguments, "pid": os.getpid()}
+    line = {"tool": tool, "arguments": arguments, "process": PROCESS}
     with open(os.environ["UPSTREAM_CALLS"], "a") as calls:
         calls.write(json.dumps(line) + "\n")
 
@@ -83,6 +88,38 @@ def whoami(ctx: Context) -> str:
     _called("whoami")
     request = ctx.request_context.request
     return request.headers.get("authorization", "<none>") if request is not None else "<stdio>"
+
+
+@server.tool(
+    description="Try to read a file, list a folder or connect to host:port; say what happened."
+)
+def probe(path: str = "", folder: str = "", host: str = "", port: int = 0) -> str:
+    _called("probe", path=path, folder=folder, host=host, port=port)
+    if path:
+        try:
+            with open(path, "rb") as f:
+                return f"read {len(f.read())} bytes"
+        except OSError as exc:
+            return f"refused: {exc.strerror}"
+    if folder:
+        try:
+            return f"listed {sorted(os.listdir(folder))}"
+        except OSError as exc:
+            return f"refused: {exc.strerror}"
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as exc:
+        return f"refused: {exc.strerror or exc}"
+    return "connected"
+
+
+@server.tool(description="Write text to a file in the working dir and read it back.")
+def scratch(text: str) -> str:
+    _called("scratch", text=text)
+    with open("scratch.txt", "w") as f:
+        f.write(text)
+    with open("scratch.txt") as f:
+        return f"{os.getcwd()}: {f.read()}"
 
 
 if __name__ == "__main__":

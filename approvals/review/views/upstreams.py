@@ -38,6 +38,19 @@ class UpstreamForm(forms.Form):
         max_length=2000,
         help_text="A stdio server: the command line that starts it (split as a shell would).",
     )
+    read = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="May read",
+        help_text="For a command: host paths its sandbox shows it read-only, one per line "
+        "(besides the system dirs and its own installation).",
+    )
+    write = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="May write",
+        help_text="For a command: host paths it may write, one per line.",
+    )
     url = forms.CharField(
         required=False, max_length=500, label="URL", help_text="Or a streamable HTTP server."
     )
@@ -83,6 +96,8 @@ class UpstreamForm(forms.Form):
             "command": command,
             "url": data["url"].strip(),
             "env": env,
+            "read": _paths(data["read"]),
+            "write": _paths(data["write"]),
             "headers": headers,
             "timeout_seconds": data["timeout_seconds"],
             "enabled": data["enabled"],
@@ -103,6 +118,10 @@ def _lines(text: str, separator: str, field: str, problems: list[str]) -> dict[s
     return found
 
 
+def _paths(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def _shown(values: dict[str, str], separator: str) -> str:
     def one(value: str) -> str:
         return value if config.REFERENCE.fullmatch(value) else HIDDEN
@@ -116,6 +135,8 @@ def _initial(upstream: Upstream) -> dict:
         "command": shlex.join(upstream.command),
         "url": upstream.url,
         "env": _shown(upstream.env, "="),
+        "read": "\n".join(upstream.read),
+        "write": "\n".join(upstream.write),
         "headers": _shown(upstream.headers, ": "),
         "timeout_seconds": upstream.timeout_seconds,
         "enabled": upstream.enabled,

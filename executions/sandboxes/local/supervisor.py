@@ -29,6 +29,11 @@ In every mode Landlock is applied where the kernel has it (5.13+), through its
 three system calls: there is no Landlock binding in the standard library, and
 this program must not import from site-packages.
 
+A long-lived server (``servers.py``) is started the same way, with its own
+environment (``env``), its paths bound after the tmpfs (``server_binds``,
+``writable``), no ``status_fd`` (its caller holds its stdio and sees it end)
+and, since its uid is one per server name, no "kill everything of the uid".
+
 Runs as the worker's user (root when the worker is root, so the code, under
 its own uid, cannot kill it). Blocking the signals and waiting for them with
 sigtimedwait leaves no window in which a stop request is lost.
@@ -71,6 +76,10 @@ MS_REMOUNT, MS_NOATIME, MS_NODIRATIME = 32, 1024, 2048
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
 MNT_DETACH = 2
+# The new mount API (every architecture): a root caller clones a server's paths for it.
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE, AT_EMPTY_PATH = 1, 0o2000000, 0x8000, 0x1000
+AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH, MOUNT_ATTR_RDONLY = -100, 4, 1
 SYS_PIVOT_ROOT_BY_MACHINE = {"x86_64": 155, "aarch64": 41}
 
 # Landlock (include/uapi/linux/landlock.h).
@@ -245,6 +254,16 @@ def build_root(layout: dict, code: bytes | None) -> None:
     for target, size, mode in layout.get("tmpfs", ()):
         os.makedirs(root + target, exist_ok=True)
         mount("tmpfs", root + target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode}")
+    # A server's own paths (servers.py) come last: one under /tmp stays visible.
+    for key, read_only in (("server_binds", True), ("writable", False)):
+        for source, target in layout.get(key, ()):
+            os.makedirs(root + target, exist_ok=True)
+            if source in layout.get("cloned", {}):
+                attach(layout["cloned"][source], root + target)
+            elif read_only:
+                bind_read_only(source, root + target)
+            else:
+                mount(source, root + target, None, MS_BIND | MS_REC)
     if code is not None:
         with open(root + layout["script"], "wb") as f:
             f.write(code)
@@ -262,6 +281,34 @@ def build_root(layout: dict, code: bytes | None) -> None:
     hostname = layout.get("hostname", "sandbox").encode()
     libc.sethostname(hostname, len(hostname))
     loopback_up()
+
+
+def clone_server_paths(layout: dict) -> None:
+    """As root, before the uid drop: a detached copy of each of a server's paths.
+
+    A server started by root runs as a uid of its own, which may not pass the
+    folders above its paths (/root); root clones the mounts (read-only where
+    they are to be) and the server's namespace attaches them (``attach``).
+    """
+    cloned = {}
+    for key, read_only in (("server_binds", True), ("writable", False)):
+        for source, _ in layout.get(key, ()):
+            flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
+            fd = libc.syscall(SYS_OPEN_TREE, AT_FDCWD, source.encode(), flags)
+            if fd < 0:
+                fail(f"open_tree {source}")
+            if read_only:
+                attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
+                at = AT_EMPTY_PATH | AT_RECURSIVE
+                if libc.syscall(SYS_MOUNT_SETATTR, fd, b"", at, attr, ctypes.sizeof(attr)) != 0:
+                    fail(f"read-only {source}")
+            cloned[source] = fd
+    layout["cloned"] = cloned
+
+
+def attach(fd: int, target: str) -> None:
+    if libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH):
+        fail(f"mount {target}")
 
 
 def build_dev(dev: str) -> None:
@@ -364,6 +411,8 @@ def become_code(cfg: dict, rules: dict | None) -> None:
         fprog = Fprog(len(program.raw) // 8, ctypes.addressof(program))
         if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
             fail("seccomp filter refused")
+    if "env" in cfg:  # a server's (servers.py): exactly this, not the supervisor's
+        os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
     os.execv(cfg["argv"][0], cfg["argv"])
 
 
@@ -381,6 +430,8 @@ def start_code(cfg: dict, result_w: int) -> None:
     try:
         os.setsid()
         if cfg["uid"] is not None:
+            if cfg.get("layout"):
+                clone_server_paths(cfg["layout"])
             drop_to(cfg["uid"])
         if cfg["confine"] != "namespaces":
             os.close(result_w)
@@ -473,7 +524,8 @@ def supervise(cfg: dict) -> None:
     main = os.fork()
     if main == 0:
         os.close(result_r)
-        os.close(cfg["status_fd"])  # the code must not be able to forge its own exit status
+        if "status_fd" in cfg:  # the code must not be able to forge its own exit status
+            os.close(cfg["status_fd"])
         start_code(cfg, result_w)
     os.close(result_w)
     # The run's output pipes reach end-of-file as soon as the code's processes are gone.
@@ -488,7 +540,8 @@ def supervise(cfg: dict) -> None:
             break
         info = signal.sigtimedwait({signal.SIGTERM, signal.SIGCHLD}, 1.0)
         stop = info is not None and info.si_signo == signal.SIGTERM
-    end_everything(cfg["uid"], main, state)
+    # A server's uid is shared by its copies in other processes: never "kill all of it".
+    end_everything(cfg["uid"] if cfg.get("kill_uid", True) else None, main, state)
     status = state.get("status")
     if cfg["confine"] == "namespaces":
         try:
@@ -496,7 +549,7 @@ def supervise(cfg: dict) -> None:
         except BlockingIOError:
             reported = b""
         status = int(reported) if reported and status is not None else None
-    if status is not None:
+    if status is not None and "status_fd" in cfg:
         os.write(cfg["status_fd"], str(exit_code(status)).encode())
 
 
