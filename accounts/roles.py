@@ -7,6 +7,9 @@ from django.db.models import Q
 from audit.services import record
 
 REVIEWERS_GROUP = "reviewers"
+# The identity provider's groups a person was in at their last sign-in, kept as Django
+# groups of this prefix: review teams name them (``sso_groups``).
+PROVIDER_GROUP_PREFIX = "idp:"
 
 
 def is_agent(user: object) -> bool:
@@ -43,3 +46,25 @@ def set_review_rights(user, allowed: bool, actor: str) -> None:
     else:
         user.groups.remove(group)
     record(actor, "user.review_granted" if allowed else "user.review_withdrawn", user)
+
+
+def provider_groups(user) -> set[str]:
+    """The identity provider's groups ``user`` was in at their last sign-in through it."""
+    names = user.groups.filter(name__startswith=PROVIDER_GROUP_PREFIX).values_list(
+        "name", flat=True
+    )
+    return {name.removeprefix(PROVIDER_GROUP_PREFIX) for name in names}
+
+
+def set_provider_groups(user, groups: list[str], actor: str) -> None:
+    """Make ``user``'s provider groups exactly ``groups`` (at each sign-in), audited when changed."""
+    wanted, held = set(groups), provider_groups(user)
+    added, removed = sorted(wanted - held), sorted(held - wanted)
+    for name in added:
+        group, _ = Group.objects.get_or_create(name=PROVIDER_GROUP_PREFIX + name)
+        user.groups.add(group)
+    if removed:
+        gone = [PROVIDER_GROUP_PREFIX + name for name in removed]
+        user.groups.remove(*Group.objects.filter(name__in=gone))
+    if added or removed:
+        record(actor, "user.provider_groups", user, added=added, removed=removed)

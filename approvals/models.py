@@ -125,6 +125,17 @@ class Proposal(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     expiry_warned_at = models.DateTimeField(null=True, blank=True)
+    # The review route that applied when it was made (approvals.routing), or None: which
+    # teams must approve, how many, and where a silent team escalates to.
+    routing = models.JSONField(null=True, blank=True, default=None)
+    escalate_at = models.DateTimeField(null=True, blank=True)  # when its route escalates
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    # An admin decided it outside its route ("break glass"): shown in red until reviewed.
+    break_glass_at = models.DateTimeField(null=True, blank=True)
+    break_glass_reviewed_at = models.DateTimeField(null=True, blank=True)
+    break_glass_reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = ProposalQuerySet.as_manager()
@@ -176,6 +187,9 @@ class Decision(models.Model):
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
     kind = models.CharField(max_length=8, choices=DecisionKind.choices)
     comment = models.TextField(blank=True)
+    # For a routed proposal: the team this approval counted for ("" when none).
+    team = models.CharField(max_length=40, blank=True)
+    break_glass = models.BooleanField(default=False)  # an admin's, outside the route
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -3,7 +3,9 @@
 ``OIDC_ADMIN_GROUPS`` and ``OIDC_REVIEWER_GROUPS`` (per provider) name the
 groups that make someone an admin or a reviewer. A person in neither is
 refused at the door with a page that says why; one who left a group loses
-its role at their next sign-in, and every change is in the audit trail.
+its role at their next sign-in, and every change is in the audit trail. The
+groups themselves are kept too (``accounts.roles.set_provider_groups``): review
+teams name them, so leaving a group leaves its teams at the next sign-in.
 Accounts are made at the first sign-in (unusable password: they sign in
 through the provider only). A step-up sign-in (``prompt=login``) must come
 back with an ``auth_time`` no older than ``STEP_UP_SECONDS``.
@@ -21,7 +23,13 @@ from django.shortcuts import render
 from requests import RequestException
 
 from accounts import signins
-from accounts.roles import REVIEWERS_GROUP, is_admin, is_reviewer, set_review_rights
+from accounts.roles import (
+    REVIEWERS_GROUP,
+    is_admin,
+    is_reviewer,
+    set_provider_groups,
+    set_review_rights,
+)
 from accounts.stepup import SSO_STEP_UP
 from audit.services import record
 
@@ -91,7 +99,7 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
                         request, "accounts/step_up_failed.html", {"provider": app.name}, status=403
                     )
                 )
-        sociallogin.state = {**state, "airlock_role": role}
+        sociallogin.state = {**state, "airlock_role": role, "airlock_groups": groups}
 
     def on_authentication_error(
         self, request, provider, error=None, exception=None, extra_context=None
@@ -127,9 +135,9 @@ def on_signed_in(sender, request, user, sociallogin=None, **kwargs) -> None:
         return
     state = sociallogin.state or {}
     provider = sociallogin.account.provider
-    apply_role(
-        user, state.get("airlock_role"), f"sso:{sociallogin.account.get_provider().app.provider_id}"
-    )
+    actor = f"sso:{sociallogin.account.get_provider().app.provider_id}"
+    apply_role(user, state.get("airlock_role"), actor)
+    set_provider_groups(user, state.get("airlock_groups") or [], actor)  # review teams use them
     if state.get("step_up") and request is not None:
         record_authentication(request, user, SSO_STEP_UP, provider=provider)
 

@@ -23,6 +23,8 @@ from approvals.agents import listing
 from approvals.choices import CHANGE, UNTIL, DecisionKind, ProposalStatus, Urgency
 from approvals.core import services
 from approvals.models import Decision, Proposal
+from approvals.policy.rules import current_policy
+from approvals.routing.reviews import Roster, required_reviews
 from audit.services import actor_label
 from executions import sessions
 from executions.actions import catalog
@@ -42,6 +44,7 @@ STATUS_FOR = {
     "conflict": 409,
     "idempotency_conflict": 409,
     "step_up_required": 403,
+    "not_a_required_reviewer": 403,
     "sandbox_unsupported": 422,
 }
 
@@ -54,7 +57,17 @@ class DecisionSerializer(serializers.Serializer):
     reviewer = serializers.CharField(source="reviewer_name")
     kind = serializers.ChoiceField(choices=DecisionKind.choices)
     comment = serializers.CharField()
+    team = serializers.CharField(help_text="the team a routed proposal's approval counted for")
+    break_glass = serializers.BooleanField(help_text="an admin's decision outside the route")
     created_at = serializers.DateTimeField()
+
+
+class RequiredReviewSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    needed = serializers.IntegerField()
+    given = serializers.IntegerField()
+    approved_by = serializers.ListField(child=serializers.CharField())
+    members = serializers.ListField(child=serializers.CharField())
 
 
 class RiskSerializer(serializers.Serializer):
@@ -97,6 +110,12 @@ class ProposalSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
+    required_reviews = RequiredReviewSerializer(
+        many=True,
+        required=False,
+        help_text="the review route's teams (empty when no route applies): approvals needed "
+        "and given per team, and who may decide for it",
+    )
     result = InlineResultSerializer(
         required=False,
         help_text="only with ?until=finished once the run ended: its result, so the agent "
@@ -112,7 +131,7 @@ PROPOSAL_FIELDS = [
     "id", "status", "agent_id", "action", "parameters", "summary", "reason", "urgency",
     "idempotency_key", "risk_score", "risk_reasons", "decision_path", "policy_version",
     "required_approvals", "approvals_count", "execution_id", "created_at", "expires_at",
-    "decided_at",
+    "decided_at", "routing",
 ]  # fmt: skip
 _proposal_row = Prepared(
     lambda pk: Proposal.objects.filter(pk=pk).values(
@@ -124,7 +143,14 @@ _decision_rows = Prepared(
     lambda pk: (
         Decision.objects.filter(proposal_id=pk)
         .order_by("created_at", "pk")
-        .values("kind", "comment", "created_at", reviewer_name=F("reviewer__username"))
+        .values(
+            "kind",
+            "comment",
+            "team",
+            "break_glass",
+            "created_at",
+            reviewer_name=F("reviewer__username"),
+        )
     ),
     pk=int,
 )
@@ -165,8 +191,15 @@ def result_of(execution: dict) -> dict:
     return result
 
 
-def represent(row: dict) -> dict:
-    """A proposal row (with ``decisions``) as the API answers it."""
+def represent(row: dict, roster: Roster | None = None) -> dict:
+    """A proposal row (with ``decisions``) as the API answers it; ``roster``: the teams'
+    members, shared by the rows of one answer."""
+    routing = row.pop("routing", None)
+    if routing:
+        roster = roster or Roster(current_policy().teams)
+        row["required_reviews"] = required_reviews(routing, row["decisions"], roster)
+    else:
+        row["required_reviews"] = []
     pending = row["status"] == ProposalStatus.PENDING
     row["approvals_remaining"] = (
         max(row["required_approvals"] - row["approvals_count"], 0) if pending else 0
@@ -298,14 +331,26 @@ class CommentSerializer(serializers.Serializer):
     comment = serializers.CharField(max_length=4000, allow_blank=True, default="")
 
 
+class DecisionRequestSerializer(CommentSerializer):
+    break_glass = serializers.BooleanField(
+        default=False,
+        help_text="admins: decide outside the review route, at once; needs a comment and a "
+        "second factor proved just now (so a token is sent to the console to complete it), "
+        "and every member of the route's teams and every admin is told",
+    )
+
+
 DECISION_RESPONSES = {
     200: ProposalSerializer,
     **error_responses(
         e400="validation_error: the comment",
         e403=(
-            "permission_denied: an agent's token, no review rights, your own proposal; or "
-            "step_up_required: the proposal's risk needs a second factor proved just now, "
-            "which a token cannot carry; `url` is the console page that completes the decision"
+            "permission_denied: an agent's token, no review rights, your own proposal; "
+            "not_a_required_reviewer: the proposal's review route needs approvals from teams "
+            "you are not in (the message names them and who may decide); or "
+            "step_up_required: the proposal's risk (or breaking the glass) needs a second "
+            "factor proved just now, which a token cannot carry; `url` is the console page "
+            "that completes the decision"
         ),
         e404="not_found: no such proposal",
         e409="conflict: no longer pending, or already decided by you",
@@ -319,7 +364,7 @@ class _DecisionView(APIView):
     def post(self, request, pk: int):
         if is_agent(request.user):
             raise ApiError(403, "permission_denied", "agent tokens cannot approve or reject")
-        body = CommentSerializer(data=_object(request))
+        body = DecisionRequestSerializer(data=_object(request))
         body.is_valid(raise_exception=True)
         try:
             services.decide(
@@ -328,11 +373,13 @@ class _DecisionView(APIView):
                 self.kind,
                 body.validated_data["comment"],
                 authentication=stepup.TOKEN,
+                break_glass=body.validated_data["break_glass"],
             )
         except services.ProposalError as exc:
             comment = body.validated_data["comment"]
             if exc.url and comment:  # the console's page shows it, ready to confirm
-                exc.url = f"{exc.url}?{urlencode({'comment': comment})}"
+                joiner = "&" if "?" in exc.url else "?"
+                exc.url = f"{exc.url}{joiner}{urlencode({'comment': comment})}"
             _raise(exc)
         return Response(proposal_data(request.user, pk))
 
@@ -341,7 +388,9 @@ class ProposalApprove(_DecisionView):
     kind = "approve"
 
     @extend_schema(
-        request=CommentSerializer, responses=DECISION_RESPONSES, summary="Approve (reviewers)"
+        request=DecisionRequestSerializer,
+        responses=DECISION_RESPONSES,
+        summary="Approve (reviewers)",
     )
     def post(self, request, pk: int):
         return super().post(request, pk)
@@ -351,7 +400,9 @@ class ProposalReject(_DecisionView):
     kind = "reject"
 
     @extend_schema(
-        request=CommentSerializer, responses=DECISION_RESPONSES, summary="Reject (reviewers)"
+        request=DecisionRequestSerializer,
+        responses=DECISION_RESPONSES,
+        summary="Reject (reviewers)",
     )
     def post(self, request, pk: int):
         return super().post(request, pk)

@@ -16,12 +16,15 @@ from rest_framework import serializers
 from accounts.roles import is_agent
 from approvals.choices import RISK_BANDS, ProposalStatus
 from approvals.models import Decision, Proposal
+from approvals.policy.rules import current_policy
+from approvals.routing.reviews import Roster, awaiting
 from infrastructure.rest.errors import error_responses
 from infrastructure.rest.listing import (
     Filters,
     Order,
     Paths,
     comma_list,
+    invalid,
     page,
     paging_parameters,
     shared_filters,
@@ -38,7 +41,7 @@ ORDERS = {
 }
 FILTERS = (
     "status", "risk", "risk_min", "risk_max", "action", "agent", "reviewer",
-    "created_since", "created_until", "q", "since_id", "order",
+    "created_since", "created_until", "q", "since_id", "order", "review_requested",
 )  # fmt: skip
 
 
@@ -67,6 +70,12 @@ def proposals_page(user, params, fields: list[str], represent) -> dict:
             within |= Q(risk_score__range=(low, high)) if band != "high" else Q(risk_score__gte=low)
         rows = rows.filter(within)
     rows = shared_filters(filters, rows, PATHS)
+    if filters.choice("review_requested", ("me",), ""):
+        if is_agent(user):
+            raise invalid("review_requested", "is for reviewers: an agent reviews nothing")
+        policy = current_policy()
+        rows = rows.filter(pk__in=awaiting(user, policy.teams, policy.self_approval))
+        statuses = statuses or [ProposalStatus.PENDING]
     default = "risk" if statuses == [ProposalStatus.PENDING] else "newest"
     order = ORDERS[filters.choice("order", ORDERS, default)]
     cursor, limit = filters.paging()
@@ -75,7 +84,8 @@ def proposals_page(user, params, fields: list[str], represent) -> dict:
     )
     found, next_cursor = page(rows, order, cursor, limit)
     _attach_decisions(found)
-    return {"items": [represent(row) for row in found], "next_cursor": next_cursor}
+    roster = Roster(current_policy().teams) if any(row.get("routing") for row in found) else None
+    return {"items": [represent(row, roster) for row in found], "next_cursor": next_cursor}
 
 
 def _attach_decisions(rows: list[dict]) -> None:
@@ -90,6 +100,8 @@ def _attach_decisions(rows: list[dict]) -> None:
                 "proposal_id",
                 "kind",
                 "comment",
+                "team",
+                "break_glass",
                 "created_at",
                 reviewer_name=F("reviewer__username"),
             )
@@ -140,6 +152,14 @@ def list_parameters() -> list[OpenApiParameter]:
             "since_id",
             int,
             description="only proposals newer than this id: with `wait`, how a bot hears of new ones",
+        ),
+        OpenApiParameter(
+            "review_requested",
+            str,
+            enum=["me"],
+            description="`me`: only the pending proposals the caller may still decide (their "
+            "review route names a team of theirs whose approvals are still needed, or no route "
+            "applies), not those they decided nor their own agents'; ordered as the queue",
         ),
         *paging_parameters("`risk` for `status=pending` alone, else `newest`", ORDERS, waits=True),
     ]

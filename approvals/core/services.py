@@ -15,7 +15,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from accounts import stepup
-from accounts.roles import is_reviewer
+from accounts.roles import is_admin, is_reviewer
 from accounts.stepup import Authentication
 from approvals.choices import DecisionKind, ProposalStatus, Urgency
 from approvals.core.outbox import notify
@@ -24,6 +24,8 @@ from approvals.policy.prevalidators import prevalidate
 from approvals.policy.risk import assess
 from approvals.policy.rules import Policy, current_policy, evaluate
 from approvals.policy.tool_risk import tool_risk
+from approvals.routing.reviews import NotARequiredReviewer, counts_for
+from approvals.routing.reviews import may_decide as routing_may_decide
 from audit.services import actor_label, record
 from executions import services as executions
 from executions.actions import get_action
@@ -146,6 +148,16 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     now = timezone.now()
     actor = actor_label(agent)
     approved = outcome.status == ProposalStatus.APPROVED
+    decision_path = outcome.decision_path(policy.version)
+    required, routing, escalate_at = outcome.required_approvals, None, None
+    if outcome.status == ProposalStatus.PENDING:
+        targets = spec.target_values(parameters)
+        route = policy.route_for(spec.name, agent.name, targets, score)
+        if route is not None:
+            routing = route.snapshot(quorum=required)
+            required, decision_path["route"] = routing["needed"], routing["label"]
+            if route.escalate_after_minutes:
+                escalate_at = now + timedelta(minutes=route.escalate_after_minutes)
     row = _insert_proposal.prepare(
         agent=agent,
         action=spec.name,
@@ -157,9 +169,11 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
         status=outcome.status,
         risk_score=score,
         risk_reasons=reasons,
-        decision_path=outcome.decision_path(policy.version),
+        decision_path=decision_path,
         policy_version=policy.version,
-        required_approvals=outcome.required_approvals,
+        required_approvals=required,
+        routing=routing,
+        escalate_at=escalate_at,
         created_at=now,
         expires_at=(
             now + timedelta(minutes=policy.review_timeout_minutes)
@@ -228,12 +242,16 @@ def decide(
     comment: str = "",
     via: str | None = None,
     authentication: Authentication | None = None,
+    break_glass: bool = False,
 ) -> Proposal:
     """A reviewer approves or rejects. Guarded: one decision per reviewer, quorum, expiry,
-    and a fresh second factor at or above ``STEP_UP_MIN_RISK``.
+    the review route's teams (``approvals.routing``), and a fresh second factor at or
+    above ``STEP_UP_MIN_RISK``.
 
     ``authentication`` says how the reviewer proved who they are (a console session
     and its factors, a token, a mail link, Slack: ``via``); the audit trail keeps it.
+    ``break_glass``: an admin decides outside the route, at once, with a comment and a
+    fresh second factor whatever the risk; everyone the route named, and every admin, is told.
     """
     authentication = authentication or Authentication(via=via or "unknown")
     if not is_reviewer(reviewer):
@@ -252,12 +270,50 @@ def decide(
             raise ProposalError("not_found", f"proposal {proposal_id} does not exist")
         expired = proposal.is_expired_at(now) and _expire(proposal)
         if not expired:
-            _check_can_decide(proposal, reviewer, current_policy())
-            _check_step_up(proposal, kind, authentication)
-            _record_decision(proposal, reviewer, kind, comment, now, authentication)
+            policy = current_policy()
+            _check_can_decide(proposal, reviewer, policy)
+            if break_glass:
+                _check_break_glass(proposal, reviewer, kind, comment, authentication)
+                team = ""
+            else:
+                team = _team_of(proposal, reviewer, policy)
+                _check_step_up(proposal, kind, authentication)
+            _record_decision(
+                proposal, reviewer, kind, comment, now, authentication, team, break_glass
+            )
     if expired:
         raise ProposalError("conflict", f"proposal {proposal.pk} expired before the decision")
     return proposal
+
+
+def _team_of(proposal: Proposal, reviewer, policy: Policy) -> str:
+    """The team the reviewer decides for ("" when none is asked for); refused when the
+    proposal's route does not let them decide it."""
+    try:
+        return counts_for(proposal, reviewer, policy.teams)
+    except NotARequiredReviewer as exc:
+        raise ProposalError("not_a_required_reviewer", exc.message) from None
+
+
+def _check_break_glass(
+    proposal: Proposal, reviewer, kind: str, comment: str, authentication: Authentication
+) -> None:
+    if not is_admin(reviewer):
+        raise ProposalError("permission_denied", "only admins can break the glass")
+    if not comment.strip():
+        raise ProposalError(
+            "validation_error", "breaking the glass needs a comment: say why it cannot wait"
+        )
+    if not authentication.fresh():
+        raise ProposalError(
+            "step_up_required",
+            f"breaking the glass on proposal {proposal.pk} needs a second factor proved in "
+            f"the last {max(settings.STEP_UP_SECONDS // 60, 1)} minutes, whatever its risk; "
+            "complete it in the console",
+            url=settings.SITE_URL
+            + reverse("console:decide", args=[proposal.pk, kind])
+            + "?break_glass=1",
+        )
 
 
 def _check_step_up(proposal: Proposal, kind: str, authentication: Authentication) -> None:
@@ -274,38 +330,75 @@ def _check_step_up(proposal: Proposal, kind: str, authentication: Authentication
 
 
 def _record_decision(
-    proposal: Proposal, reviewer, kind: str, comment: str, now, authentication: Authentication
+    proposal: Proposal,
+    reviewer,
+    kind: str,
+    comment: str,
+    now,
+    authentication: Authentication,
+    team: str = "",
+    break_glass: bool = False,
 ) -> None:
     try:
         with transaction.atomic():
             Decision.objects.create(
-                proposal=proposal, reviewer=reviewer, kind=kind, comment=comment
+                proposal=proposal,
+                reviewer=reviewer,
+                kind=kind,
+                comment=comment,
+                team=team,
+                break_glass=break_glass,
             )
     except IntegrityError:
         raise ProposalError(
             "conflict", f"{reviewer.get_username()} has already decided proposal {proposal.pk}"
         ) from None
     actor = actor_label(reviewer)
+    routed = {"team": team} if proposal.routing else {}
     record(
         actor,
         f"proposal.decision.{kind}",
         proposal,
         comment=comment,
         via=authentication.via,
+        **routed,
+        **({"break_glass": True} if break_glass else {}),
         **authentication.as_audit(),
     )
+    if break_glass:
+        Proposal.objects.filter(pk=proposal.pk).update(break_glass_at=now)
+        proposal.break_glass_at = now
+        notify("break_glass", proposal)
     if kind == DecisionKind.REJECT:
         _close(proposal, ProposalStatus.REJECTED, now, actor)
+    elif break_glass:
+        _approve(proposal, now, actor, proposal.approvals_count + 1)
     else:
         _count_approval(proposal, now, actor)
     _announce(proposal)
 
 
 def may_decide(user, proposal: Proposal) -> bool:
-    """Whether ``user`` could decide the proposal now (no link or button for those who can't)."""
+    """Whether ``user`` could decide the proposal now (no link or button for those who can't):
+    not its agent's owner (unless self-approval is on), and one its route lets decide."""
     if not proposal.is_pending or proposal.expires_at is None:
         return False
-    return not _owner_barred(proposal, user, current_policy())
+    policy = current_policy()
+    if _owner_barred(proposal, user, policy):
+        return False
+    return routing_may_decide(proposal, user, policy.teams)
+
+
+def why_not(user, proposal: Proposal) -> str:
+    """Why ``user`` may not decide a pending proposal now ("" when they may)."""
+    policy = current_policy()
+    if _owner_barred(proposal, user, policy):
+        return f"you own agent {proposal.agent.name} and cannot decide its proposals"
+    try:
+        counts_for(proposal, user, policy.teams)
+    except NotARequiredReviewer as exc:
+        return exc.message
+    return ""
 
 
 def _owner_barred(proposal: Proposal, user, policy: Policy) -> bool:
@@ -316,6 +409,10 @@ def _owner_barred(proposal: Proposal, user, policy: Policy) -> bool:
 def _check_can_decide(proposal: Proposal, reviewer, policy: Policy) -> None:
     if proposal.status != ProposalStatus.PENDING:
         raise ProposalError("conflict", f"proposal {proposal.pk} is {proposal.status}, not pending")
+    if proposal.decisions.filter(reviewer=reviewer).exists():
+        raise ProposalError(
+            "conflict", f"{reviewer.get_username()} has already decided proposal {proposal.pk}"
+        )
     if _owner_barred(proposal, reviewer, policy):
         raise ProposalError(
             "permission_denied",
@@ -346,6 +443,10 @@ def _count_approval(proposal: Proposal, now, actor: str) -> None:
     if approvals < proposal.required_approvals:
         notify("partly_approved", proposal)
         return
+    _approve(proposal, now, actor, approvals)
+
+
+def _approve(proposal: Proposal, now, actor: str, approvals: int) -> None:
     if not _transition(
         proposal, ProposalStatus.APPROVED, decided_at=now, approvals_count=approvals
     ):

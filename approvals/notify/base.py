@@ -28,12 +28,17 @@ KINDS = {
     "decided": "was decided",
     "partly_approved": "has an approval and waits for more",
     "execution_ended": "finished running",
+    "escalated": "was escalated: a required team has not answered",
+    "break_glass": "was decided by an admin breaking the glass",
 }
-TOLD = frozenset({"notify_list", "review_requested", "expiry_warning", "decided"})
+TOLD = frozenset(
+    {"notify_list", "review_requested", "expiry_warning", "decided", "escalated", "break_glass"}
+)
 # Only keep messages already posted up to date: taken by channels that post such messages.
 FOLLOW_UPS = frozenset({"partly_approved", "execution_ended"})
-# Mails to reviewers about these carry a one-tap review link while the proposal waits.
-REVIEW_KINDS = frozenset({"review_requested", "expiry_warning"})
+# Mails to reviewers about these carry a one-tap review link while the proposal waits;
+# of a routed proposal, only those its route lets decide hear of them.
+REVIEW_KINDS = frozenset({"review_requested", "expiry_warning", "escalated"})
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class Event:
     risk: int
     url: str
     at: str
+    teams: tuple[str, ...] = ()  # a routed proposal's teams this is for (approvals.routing)
 
     @property
     def subject(self) -> str:
@@ -74,7 +80,14 @@ def proposal_url(proposal_id: int) -> str:
     return f"{settings.SITE_URL}{path}"
 
 
-EVENT_FIELDS = ("status", "action", "summary", "risk_score", "agent__name")  # what event_for reads
+EVENT_FIELDS = (
+    "status",
+    "action",
+    "summary",
+    "risk_score",
+    "routing",
+    "agent__name",
+)  # what event_for reads
 
 
 def event_for(kind: str, proposal: Proposal, at: datetime | None = None) -> Event:
@@ -88,7 +101,16 @@ def event_for(kind: str, proposal: Proposal, at: datetime | None = None) -> Even
         risk=proposal.risk_score,
         url=proposal_url(proposal.pk),
         at=(at or timezone.now()).isoformat(),
+        teams=teams_told(kind, proposal),
     )
+
+
+def teams_told(kind: str, proposal: Proposal) -> tuple[str, ...]:
+    """The teams an event of a routed proposal is for: those it escalates to, or its own."""
+    routing = proposal.routing or {}
+    if kind == "escalated":
+        return tuple(routing.get("escalate_to", ()))
+    return tuple(routing.get("require", {}))
 
 
 class Notifier(ABC):

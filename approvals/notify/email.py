@@ -9,12 +9,14 @@ from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage
 from django.utils import timezone
 
-from accounts.roles import reviewers
+from accounts.roles import is_admin, reviewers
 from approvals.core.services import may_decide
 from approvals.models import Proposal
 from approvals.notify import deliveries, review_links
 from approvals.notify.base import REVIEW_KINDS, Event, Notifier
 from approvals.notify.models import Delivery, preferences_of
+from approvals.policy.rules import current_policy
+from approvals.routing.membership import is_member
 
 
 class EmailNotifier(Notifier):
@@ -51,14 +53,18 @@ class EmailNotifier(Notifier):
 
     @staticmethod
     def audience(event: Event) -> tuple[str, str]:
-        """Who hears of it: the agent's owners of a decision, reviewers of the rest."""
+        """Who hears of it: the agent's owners of a decision, reviewers of the rest (of a
+        routed proposal's review, those its route lets decide, and its teams' addresses)."""
         return ("owners", event.agent) if event.kind == "decided" else ("reviewers", "")
 
     @staticmethod
     def _send(event: Event, proposal: Proposal, audience: list) -> None:
         now = timezone.now()
+        routed = bool(proposal.routing) and event.kind in REVIEW_KINDS | {"break_glass"}
         for user, preferences in audience:
             if not preferences.wants("email", event.risk, now):
+                continue
+            if routed and not _concerned(user, proposal, event):
                 continue
             link = None
             if event.kind in REVIEW_KINDS and may_decide(user, proposal):
@@ -76,6 +82,22 @@ class EmailNotifier(Notifier):
                 body=event.text,
                 review_link=link,
             )
+        if routed:
+            teams = current_policy().teams
+            for address in sorted({teams[t].email for t in event.teams if t in teams} - {""}):
+                deliveries.record(
+                    Delivery,
+                    send_mail,
+                    channel=Delivery.Channel.EMAIL,
+                    operation=Delivery.Operation.SEND,
+                    event=event.kind,
+                    proposal=proposal,
+                    recipient=None,
+                    target=address,
+                    subject=event.subject,
+                    body=event.text,
+                    review_link=None,
+                )
 
     @staticmethod
     def recipients(event: Event) -> list:
@@ -84,6 +106,15 @@ class EmailNotifier(Notifier):
         else:
             people = reviewers()
         return list(people.exclude(email="").distinct().order_by("email"))
+
+
+def _concerned(user, proposal: Proposal, event: Event) -> bool:
+    """Of a routed proposal: those who may decide it hear of its review; of a break-glass,
+    every admin and every member of its teams."""
+    if event.kind != "break_glass":
+        return may_decide(user, proposal)
+    teams = current_policy().teams
+    return is_admin(user) or any(is_member(user, teams.get(t)) for t in event.teams)
 
 
 def send_mail(delivery: Delivery) -> None:

@@ -9,7 +9,6 @@ version and which rule decided it.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from fnmatch import fnmatchcase
@@ -21,6 +20,16 @@ from approvals.choices import RISK_BANDS, DecisionStep, ProposalStatus, risk_ban
 from approvals.policy.models import PolicyVersion
 from approvals.policy.prevalidators import PreValidation
 from approvals.policy.tool_risk import ToolRisk, ToolRiskSerializer
+from approvals.routing.document import (
+    SLACK_CHANNEL,
+    Route,
+    RouteSerializer,
+    Team,
+    TeamSerializer,
+    first_route,
+    route_problems,
+    team_problems,
+)
 from audit.services import actor_label, record
 from infrastructure.prepared import Prepared
 
@@ -62,6 +71,8 @@ DEFAULT_POLICY = {
     "require_second_factor": False,
     "agent_overrides": {},
     "slack_routes": [],
+    "teams": {},
+    "reviews": [],
 }
 
 # What a per-agent override may change.
@@ -86,10 +97,6 @@ class OverrideSerializer(serializers.Serializer):
     high_risk_quorum = serializers.IntegerField(min_value=1, max_value=10, required=False)
     review_timeout_minutes = serializers.IntegerField(min_value=1, max_value=10080, required=False)
     script_network = serializers.BooleanField(required=False)
-
-
-# A Slack channel id (C…, G…) or a channel name as people type it (#ops-approvals).
-SLACK_CHANNEL = re.compile(r"^(#[a-z0-9][a-z0-9._-]{0,79}|[CG][A-Z0-9]{2,20})$")
 
 
 class SlackRouteSerializer(serializers.Serializer):
@@ -153,8 +160,17 @@ class PolicySerializer(serializers.Serializer):
     agent_overrides = serializers.DictField(child=OverrideSerializer(), default=dict)
     slack_routes = SlackRouteSerializer(many=True, default=list)
     tool_risk = ToolRiskSerializer(many=True, default=list)
+    teams = serializers.DictField(child=TeamSerializer(), default=dict)
+    reviews = RouteSerializer(many=True, default=list)
+
+    def validate_teams(self, teams: dict) -> dict:
+        if problems := team_problems(teams):
+            raise serializers.ValidationError(problems)
+        return teams
 
     def validate(self, data: dict) -> dict:
+        if problems := route_problems(data["teams"], data["reviews"]):
+            raise serializers.ValidationError({"reviews": problems})
         if data["high_risk_at"] < data["auto_approve_below"]:
             raise serializers.ValidationError(
                 {
@@ -235,6 +251,9 @@ class Policy:
     slack_routes: tuple[SlackRoute, ...] = ()
     # The risk of tool calls (tool.call) by tool and argument: approvals.policy.tool_risk.
     tool_risk: tuple[ToolRisk, ...] = ()
+    # Who decides what (approvals.routing): the teams, and the review routes, first match wins.
+    teams: dict[str, Team] = field(default_factory=dict)
+    reviews: tuple[Route, ...] = ()
 
     @classmethod
     def from_data(cls, version: int, data: dict) -> Policy:
@@ -260,14 +279,30 @@ class Policy:
         }
         routes = tuple(SlackRoute.from_data(route) for route in data.get("slack_routes", []))
         tools = tuple(ToolRisk.from_data(rule) for rule in data.get("tool_risk", []))
-        return cls(version=version, **lists, **scalars, slack_routes=routes, tool_risk=tools)
+        teams = {name: Team.from_data(name, team) for name, team in data.get("teams", {}).items()}
+        reviews = tuple(Route.from_data(i, r) for i, r in enumerate(data.get("reviews", []), 1))
+        return cls(
+            version=version,
+            **lists,
+            **scalars,
+            slack_routes=routes,
+            tool_risk=tools,
+            teams=teams,
+            reviews=reviews,
+        )
 
     def as_data(self) -> dict:
         """The policy as the JSON document it was parsed from."""
         data = json.loads(json.dumps(asdict(self)))
         data.pop("version")
         data["tool_risk"] = [rule.as_data() for rule in self.tool_risk]
+        data["teams"] = {name: team.as_data() for name, team in self.teams.items()}
+        data["reviews"] = [route.as_data() for route in self.reviews]
         return data
+
+    def route_for(self, action: str, agent: str, targets: dict[str, str], risk: int):
+        """The first review route the proposal matches (``approvals.routing``), or None."""
+        return first_route(self.reviews, action, agent, targets, risk)
 
     def slack_channel_for(self, agent: str, action: str, risk_score: int) -> str | None:
         """The channel of the first Slack route the proposal matches, if any."""

@@ -35,6 +35,7 @@ from approvals.policy.rules import (
     current_policy,
     update_policy,
 )
+from approvals.routing.document import RouteSerializer, TeamSerializer
 
 HEADER = (
     "# Airlock policy. Apply with `manage.py policy apply FILE` or "
@@ -51,6 +52,15 @@ RULE_LISTS = tuple(LIST_COMMENTS)
 TOOL_RISK_COMMENT = (
     "risk of tool calls (tool.call), by tool (a glob): without argument its base risk, first "
     "match; with argument and one of above, matches, not_matches, a finding when it holds"
+)
+TEAMS_COMMENT = (
+    "who decides: team → members (usernames) and/or sso_groups (the identity provider's "
+    "groups, read at each sign-in), optional slack_channel and email"
+)
+REVIEWS_COMMENT = (
+    "review routes, first match wins: match (kind:glob, all must hold), optional "
+    "risk_at_least, require {team: approvals}, optional escalate_after_minutes with "
+    "escalate_to [teams]; require replaces the risk quorum, never asking for fewer approvals"
 )
 ROUTES_COMMENT = (
     "Slack channels for review requests, first match wins "
@@ -91,6 +101,10 @@ def export_text(data: dict) -> str:
             comment = ROUTES_COMMENT
         if key == "tool_risk":
             comment = TOOL_RISK_COMMENT
+        if key == "teams":
+            comment = TEAMS_COMMENT
+        if key == "reviews":
+            comment = REVIEWS_COMMENT
         parts.append(f"\n# {comment}\n" if comment else "\n")
         parts.append(_dump({key: value}))
     return "".join(parts)
@@ -200,6 +214,16 @@ def _unknown_keys(data: dict, node: Node | None) -> Iterator[str]:
     for i, rule in enumerate(tools if isinstance(tools, list) else []):
         if isinstance(rule, dict):
             yield from _unknown(rule, tool_fields, node, ("tool_risk", i))
+    teams = data.get("teams")
+    team_fields = set(TeamSerializer().fields)
+    for name, team in (teams if isinstance(teams, dict) else {}).items():
+        if isinstance(team, dict):
+            yield from _unknown(team, team_fields, node, ("teams", name))
+    reviews = data.get("reviews")
+    review_fields = set(RouteSerializer().fields)
+    for i, route in enumerate(reviews if isinstance(reviews, list) else []):
+        if isinstance(route, dict):
+            yield from _unknown(route, review_fields, node, ("reviews", i))
     overrides = data.get("agent_overrides")
     override_fields = set(OverrideSerializer().fields)
     for agent, values in (overrides if isinstance(overrides, dict) else {}).items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta
 from zoneinfo import available_timezones
 
+import yaml
 from django import forms
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -232,6 +233,49 @@ class ToolRiskForm(forms.Form):
 ToolRiskFormSet = forms.formset_factory(ToolRiskForm, extra=1, can_delete=True)
 
 
+class RoutingForm(forms.Form):
+    """The policy's teams and review routes (``approvals.routing``), written as in the policy
+    file: YAML, validated with the whole document."""
+
+    teams = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        help_text="team: {members: [usernames], sso_groups: [provider groups], "
+        "slack_channel, email}",
+    )
+    reviews = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        help_text="- {match: [kind:glob, …], risk_at_least, require: {team: approvals}, "
+        "escalate_after_minutes, escalate_to: [teams]}; first match wins",
+    )
+
+    def clean_teams(self) -> dict:
+        return self._yaml("teams", dict, {})
+
+    def clean_reviews(self) -> list:
+        return self._yaml("reviews", list, [])
+
+    def _yaml(self, field: str, kind: type, empty):
+        text = self.cleaned_data[field].strip()
+        try:
+            value = yaml.safe_load(text) if text else empty
+        except yaml.YAMLError as exc:
+            raise forms.ValidationError(f"not YAML: {exc}") from None
+        if value is None:
+            return empty
+        if not isinstance(value, kind):
+            raise forms.ValidationError(f"a {'mapping' if kind is dict else 'list'}")
+        return value
+
+    @staticmethod
+    def initial_of(data: dict) -> dict:
+        def text(value) -> str:
+            return yaml.safe_dump(value, sort_keys=False, allow_unicode=True) if value else ""
+
+        return {"teams": text(data.get("teams")), "reviews": text(data.get("reviews"))}
+
+
 class PolicySettingsForm(forms.Form):
     auto_approve_below = forms.IntegerField(
         min_value=0, max_value=11, help_text="scores below this run at once (0 = never)"
@@ -310,11 +354,12 @@ def policy_initial(data: dict) -> dict:
         "overrides": overrides,
         "slack_routes": data.get("slack_routes", []),
         "tool_risk": [ToolRiskForm.initial_of(rule) for rule in data.get("tool_risk", [])],
+        "routing": RoutingForm.initial_of(data),
     }
 
 
 def policy_document(
-    base: dict, settings_form, rule_sets: dict, overrides, routes=None, tools=None
+    base: dict, settings_form, rule_sets: dict, overrides, routes=None, tools=None, routing=None
 ) -> dict:
     """The policy ``base`` with what the editor's valid forms say; keys it lacks stay as they were."""
     document = dict(base)
@@ -328,6 +373,9 @@ def policy_document(
         document["slack_routes"] = [route for form in routes if (route := form.route())]
     if tools is not None:
         document["tool_risk"] = [rule for form in tools if (rule := form.rule())]
+    if routing is not None:
+        document["teams"] = routing.cleaned_data["teams"]
+        document["reviews"] = routing.cleaned_data["reviews"]
     return document
 
 

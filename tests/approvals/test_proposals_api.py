@@ -187,9 +187,12 @@ def test_a_rejection_and_its_comment_reach_the_agent(agent_api, reviewer_api):
             "reviewer": "rita",
             "kind": "reject",
             "comment": "not today",
+            "team": "",
+            "break_glass": False,
             "created_at": seen["decisions"][0]["created_at"],
         }
     ]
+    assert seen["required_reviews"] == []  # no review route applies
     assert seen["execution_id"] is None
 
 

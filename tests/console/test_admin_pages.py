@@ -72,11 +72,13 @@ def test_the_editor_covers_every_field_of_the_policy_document():
     from approvals.review.forms import (
         OverrideForm,
         PolicySettingsForm,
+        RoutingForm,
         SlackRouteForm,
         ToolRiskForm,
     )
 
     lists = {"deny", "allow", "notify", "agent_overrides", "slack_routes", "tool_risk"}
+    lists |= {"teams", "reviews"}  # RoutingForm: YAML, as in the policy file
     edited = set(PolicySettingsForm.base_fields) | lists
     assert set(PolicySerializer().fields) <= edited
     assert set(OverrideSerializer().fields) <= set(OverrideForm.base_fields)
@@ -85,6 +87,7 @@ def test_the_editor_covers_every_field_of_the_policy_document():
     assert set(ToolRiskSerializer().fields) - set(CONDITIONS) <= set(ToolRiskForm.base_fields)
     assert {"when", "value"} <= set(ToolRiskForm.base_fields)
     assert "language" in RULE_KINDS
+    assert set(RoutingForm.base_fields) == {"teams", "reviews"}
 
 
 @pytest.mark.django_db

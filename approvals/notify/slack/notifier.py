@@ -21,7 +21,7 @@ from accounts.roles import reviewers
 from approvals.core.services import may_decide
 from approvals.models import Proposal
 from approvals.notify import deliveries
-from approvals.notify.base import FOLLOW_UPS, TOLD, Event, Notifier
+from approvals.notify.base import FOLLOW_UPS, TOLD, Event, Notifier, teams_told
 from approvals.notify.models import Delivery, ReviewerPreferences, SlackMessage
 from approvals.notify.slack import client, configured
 from approvals.notify.slack.messages import load, render
@@ -29,7 +29,7 @@ from approvals.policy.rules import current_policy
 
 log = logging.getLogger(__name__)
 
-POSTED = frozenset({"review_requested", "notify_list"})
+POSTED = frozenset({"review_requested", "notify_list", "escalated"})
 # A late update must not leave an older state on screen: re-render after each
 # send and send again while the proposal moved meanwhile (bounded).
 CATCH_UP_ROUNDS = 3
@@ -74,12 +74,11 @@ class SlackNotifier(Notifier):
 
 def targets(proposal: Proposal, kind: str) -> list[tuple[str, object]]:
     """(channel or Slack user id, the person for a direct message or None) to post to."""
-    found = []
-    channel = current_policy().slack_channel_for(
-        proposal.agent.name, proposal.action, proposal.risk_score
-    )
-    if channel:
-        found.append((channel, None))
+    policy, found = current_policy(), []
+    channels = team_channels(policy, proposal, kind) or [
+        policy.slack_channel_for(proposal.agent.name, proposal.action, proposal.risk_score)
+    ]
+    found += [(channel, None) for channel in channels if channel]
     now = timezone.now()
     wanting = (
         ReviewerPreferences.objects.filter(slack=True, user__in=reviewers())
@@ -91,10 +90,18 @@ def targets(proposal: Proposal, kind: str) -> list[tuple[str, object]]:
         person = preferences.user
         if not preferences.wants("slack", proposal.risk_score, now):
             continue
-        if kind == "review_requested" and not may_decide(person, proposal):
+        if kind in ("review_requested", "escalated") and not may_decide(person, proposal):
             continue
         found.append((preferences.slack_user_id, person))
     return found
+
+
+def team_channels(policy, proposal: Proposal, kind: str) -> list[str]:
+    """A routed proposal's teams' channels (those it escalates to, once escalated): there,
+    not in the Slack routes' channel, its review is asked for."""
+    teams = teams_told(kind, proposal)
+    channels = (policy.teams[t].slack_channel for t in teams if t in policy.teams)
+    return list(dict.fromkeys(channel for channel in channels if channel))
 
 
 def deliver(delivery: Delivery) -> None:

@@ -42,6 +42,7 @@ def _policy_forms(data=None, initial: dict | None = None) -> dict:
             data, initial=initial.get("slack_routes"), prefix="slack_routes"
         ),
         "tools": forms.ToolRiskFormSet(data, initial=initial.get("tool_risk"), prefix="tool_risk"),
+        "routing": forms.RoutingForm(data, initial=initial.get("routing"), prefix="routing"),
     }
 
 
@@ -52,6 +53,7 @@ def _valid(policy_forms: dict) -> bool:
         policy_forms["overrides"],
         policy_forms["routes"],
         policy_forms["tools"],
+        policy_forms["routing"],
     ]
     return all([part.is_valid() for part in parts])  # every part, so all errors show
 
@@ -109,6 +111,7 @@ def _draft(policy, policy_forms: dict) -> tuple[dict | None, list[str]]:
         policy_forms["overrides"],
         policy_forms["routes"],
         policy_forms["tools"],
+        policy_forms["routing"],
     )
     checked = PolicySerializer(data=document)
     if not checked.is_valid():
@@ -120,6 +123,11 @@ def _form_errors(policy_forms: dict) -> list[str]:
     lines = [
         f"{name}: {message}" if name != "__all__" else message
         for name, messages_ in policy_forms["settings"].errors.items()
+        for message in messages_
+    ]
+    lines += [
+        f"{name}: {message}"
+        for name, messages_ in policy_forms["routing"].errors.items()
         for message in messages_
     ]
     parts = {
