@@ -58,7 +58,9 @@ def provider_groups(user) -> set[str]:
 
 def set_provider_groups(user, groups: list[str], actor: str) -> None:
     """Make ``user``'s provider groups exactly ``groups`` (at each sign-in), audited when changed."""
-    wanted, held = set(groups), provider_groups(user)
+    # Django's group names hold 150 characters: a longer provider group cannot name a team.
+    wanted = {group for group in groups if len(PROVIDER_GROUP_PREFIX + group) <= 150}
+    held = provider_groups(user)
     added, removed = sorted(wanted - held), sorted(held - wanted)
     for name in added:
         group, _ = Group.objects.get_or_create(name=PROVIDER_GROUP_PREFIX + name)

@@ -9,6 +9,7 @@ from approvals.review.views import (
     policy,
     profile,
     proposals,
+    teams,
     upstreams,
 )
 from executions import views as executions
@@ -22,6 +23,11 @@ urlpatterns = [
     path("queue/", proposals.queue, name="queue"),
     path("overview/", proposals.overview_page, name="overview"),
     path("proposals/<int:pk>/", proposals.proposal_detail, name="proposal"),
+    path(
+        "proposals/<int:pk>/break-glass-reviewed/",
+        proposals.break_glass_reviewed,
+        name="break-glass-reviewed",
+    ),
     path("proposals/<int:pk>/<str:kind>/", proposals.decide, name="decide"),
     path("history/", proposals.history, name="history"),
     path("profile/", profile.profile, name="profile"),
@@ -39,6 +45,7 @@ urlpatterns = [
     path("manage/policy/versions/", policy.policy_versions, name="policy-versions"),
     path("manage/policy/apply/", policy.policy_apply, name="policy-apply"),
     path("manage/policy/suggestions/", policy.policy_suggestions, name="policy-suggestions"),
+    path("manage/teams/", teams.teams, name="teams"),
     path("manage/agents/", agents.agents, name="agents"),
     path("manage/agents/<int:pk>/<str:operation>/", agents.agent_action, name="agent-action"),
     path("manage/upstreams/", upstreams.upstreams, name="upstreams"),

@@ -33,7 +33,7 @@ from accounts.roles import (
 from accounts.stepup import SSO_STEP_UP
 from audit.services import record
 
-ADMIN, REVIEWER = "admin", "reviewer"
+ADMIN, REVIEWER, NO_ROLE = "admin", "reviewer", "none"
 
 
 def claims_of(sociallogin) -> dict:
@@ -78,6 +78,10 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         role = role_from(groups, app.settings)
         who = claims.get("preferred_username") or claims.get("email") or sociallogin.account.uid
         if role is None:
+            if sociallogin.is_existing:  # they left every group that gives a role: so do they
+                actor = f"sso:{app.provider_id}"
+                apply_role(sociallogin.user, NO_ROLE, actor)
+                set_provider_groups(sociallogin.user, groups, actor)
             signins.refused(request, str(who), f"in no group that gives a role ({app.name})")
             raise ImmediateHttpResponse(
                 render(
@@ -143,7 +147,8 @@ def on_signed_in(sender, request, user, sociallogin=None, **kwargs) -> None:
 
 
 def apply_role(user, role: str | None, actor: str) -> None:
-    """Make ``user`` exactly what ``role`` says, recording what changed."""
+    """Make ``user`` exactly what ``role`` says (``NO_ROLE``: neither admin nor reviewer),
+    recording what changed; None changes nothing."""
     if role is None:
         return
     admin = role == ADMIN

@@ -110,6 +110,11 @@ class ProposalSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
+    escalated_at = serializers.DateTimeField(
+        allow_null=True,
+        required=False,
+        help_text="when its review route handed the missing approvals to its escalate_to teams",
+    )
     required_reviews = RequiredReviewSerializer(
         many=True,
         required=False,
@@ -131,7 +136,7 @@ PROPOSAL_FIELDS = [
     "id", "status", "agent_id", "action", "parameters", "summary", "reason", "urgency",
     "idempotency_key", "risk_score", "risk_reasons", "decision_path", "policy_version",
     "required_approvals", "approvals_count", "execution_id", "created_at", "expires_at",
-    "decided_at", "routing",
+    "decided_at", "routing", "escalated_at",
 ]  # fmt: skip
 _proposal_row = Prepared(
     lambda pk: Proposal.objects.filter(pk=pk).values(

@@ -24,7 +24,14 @@ from approvals.policy.prevalidators import prevalidate
 from approvals.policy.risk import assess
 from approvals.policy.rules import Policy, current_policy, evaluate
 from approvals.policy.tool_risk import tool_risk
-from approvals.routing.reviews import NotARequiredReviewer, counts_for
+from approvals.routing.reviews import (
+    NotARequiredReviewer,
+    Roster,
+    counts_for,
+    required_reviews,
+    standing,
+)
+from approvals.routing.reviews import awaiting as routing_awaiting
 from approvals.routing.reviews import may_decide as routing_may_decide
 from audit.services import actor_label, record
 from executions import services as executions
@@ -387,6 +394,55 @@ def may_decide(user, proposal: Proposal) -> bool:
     if _owner_barred(proposal, user, policy):
         return False
     return routing_may_decide(proposal, user, policy.teams)
+
+
+def awaiting(user) -> list[int]:
+    """The ids of the pending proposals ``user`` may still decide (their "Needs me")."""
+    policy = current_policy()
+    return routing_awaiting(user, policy.teams, policy.self_approval)
+
+
+def required_reviews_of(proposal: Proposal, decisions) -> list[dict]:
+    """The route's teams, with what each gave and who may still decide for it (the page's)."""
+    if not proposal.routing:
+        return []
+    shown = [
+        {"kind": d.kind, "team": d.team, "reviewer_name": d.reviewer.get_username()}
+        for d in decisions
+    ]
+    return required_reviews(proposal.routing, shown, Roster(current_policy().teams))
+
+
+def mark_break_glass_reviewed(proposal_id: int, user) -> None:
+    """Someone other than the admin who broke the glass has looked at it: audited."""
+    proposal = Proposal.objects.filter(pk=proposal_id).first()
+    if proposal is None or proposal.break_glass_at is None:
+        raise ProposalError("not_found", f"proposal {proposal_id} had no break-glass decision")
+    breaker = proposal.decisions.filter(break_glass=True).values_list("reviewer_id", flat=True)
+    if user.pk in breaker:
+        raise ProposalError(
+            "permission_denied", "the admin who broke the glass cannot mark it reviewed"
+        )
+    with transaction.atomic():
+        marked = Proposal.objects.filter(
+            pk=proposal_id, break_glass_reviewed_at__isnull=True
+        ).update(break_glass_reviewed_at=timezone.now(), break_glass_reviewed_by=user)
+        if not marked:
+            raise ProposalError("conflict", f"proposal {proposal_id} is already marked reviewed")
+        record(actor_label(user), "proposal.break_glass_reviewed", proposal)
+
+
+def waiting_by_team(proposals) -> dict[str, list[Proposal]]:
+    """Team → the routed proposals among ``proposals`` still waiting for its approvals (an
+    escalated one for its escalate_to teams too)."""
+    found: dict[str, list[Proposal]] = {}
+    for proposal in proposals:
+        state = standing(proposal)
+        if state is None:
+            continue
+        for team in state.deciding_teams():
+            found.setdefault(team, []).append(proposal)
+    return found
 
 
 def why_not(user, proposal: Proposal) -> str:

@@ -109,12 +109,19 @@ class EmailNotifier(Notifier):
 
 
 def _concerned(user, proposal: Proposal, event: Event) -> bool:
-    """Of a routed proposal: those who may decide it hear of its review; of a break-glass,
-    every admin and every member of its teams."""
+    """Of a routed proposal: those who may decide it hear of its review (of an escalation,
+    only those of the teams it escalates to); of a break-glass, every admin and every member
+    of its teams."""
+    if event.kind == "escalated":
+        return may_decide(user, proposal) and _in_teams(user, event.teams)
     if event.kind != "break_glass":
         return may_decide(user, proposal)
+    return is_admin(user) or _in_teams(user, event.teams)
+
+
+def _in_teams(user, names: tuple[str, ...]) -> bool:
     teams = current_policy().teams
-    return is_admin(user) or any(is_member(user, teams.get(t)) for t in event.teams)
+    return any(is_member(user, teams.get(t)) for t in names)
 
 
 def send_mail(delivery: Delivery) -> None:

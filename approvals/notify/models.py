@@ -201,7 +201,7 @@ class SlackMessage(models.Model):
     @property
     def reviewable(self) -> bool:
         """Whether it carries Approve and Reject while the proposal waits."""
-        return self.event in ("review_requested", "expiry_warning")
+        return self.event in ("review_requested", "expiry_warning", "escalated")
 
 
 class Delivery(Attempts):

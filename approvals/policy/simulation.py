@@ -113,6 +113,10 @@ class Preview:
     oldest: datetime | None
     newest: datetime | None
     unknown_actions: int  # proposals of actions no longer in the catalog, left out
+    # The draft's review routes (approvals.routing): what each would have taken of what
+    # goes to people, with the teams it requires; and what goes to people by no route.
+    review_routes: list[dict] = field(default_factory=list)
+    unrouted: int = 0
 
     def totals(self) -> list[tuple[str, int, int, int]]:
         """(route, as decided, with the draft, change) for each route either side uses."""
@@ -133,6 +137,9 @@ class Preview:
                 {"route": label, "before": self.before[label], "after": self.after[label]}
                 for label in self.routes
             ],
+            "review_routes": self.review_routes,
+            "unused_review_routes": [r["route"] for r in self.review_routes if not r["count"]],
+            "unrouted": self.unrouted,
             "moves": [
                 {
                     "from": move.before.label,
@@ -220,11 +227,15 @@ def simulate(draft: dict, last: int = DEFAULT_LAST) -> Preview:
     before: Counter = Counter()
     after: Counter = Counter()
     unknown = 0
+    routed = {route.number: _review_route(route) for route in policy.reviews}
+    unrouted = 0
     for row in rows:
         outcome = replay_row(policy, row, weak_now)
         if outcome is None:
             unknown += 1
             continue
+        if outcome.status == ProposalStatus.PENDING:
+            unrouted += not _count_review_route(policy, routed, row, outcome)
         was, will = recorded_route(row), route_of(outcome)
         before[was] += 1
         after[will] += 1
@@ -245,7 +256,36 @@ def simulate(draft: dict, last: int = DEFAULT_LAST) -> Preview:
         oldest=rows[-1]["created_at"] if rows else None,
         newest=rows[0]["created_at"] if rows else None,
         unknown_actions=unknown,
+        review_routes=list(routed.values()),
+        unrouted=unrouted,
     )
+
+
+def _review_route(route) -> dict:
+    return {
+        "route": route.label(),
+        "require": dict(route.require),
+        "count": 0,
+        "needed": {},  # approvals in all (the quorum may ask for more than require) → proposals
+        "examples": [],
+    }
+
+
+def _count_review_route(policy: Policy, routed: dict, row: dict, outcome: Outcome) -> bool:
+    """Count a proposal the draft sends to people under the route it would match; False
+    when none does."""
+    spec = get_action(row["action"])
+    targets = spec.target_values(_parameters(row))
+    route = policy.route_for(row["action"], row["agent_name"], targets, row["risk_score"])
+    if route is None:
+        return False
+    shown = routed[route.number]
+    shown["count"] += 1
+    needed = str(max(sum(n for _, n in route.require), outcome.required_approvals))
+    shown["needed"][needed] = shown["needed"].get(needed, 0) + 1
+    if len(shown["examples"]) < EXAMPLES:
+        shown["examples"].append({"id": row["id"], "summary": row["summary"]})
+    return True
 
 
 def _count_move(move: Move, row: dict, outcome: Outcome, by_draft: bool) -> None:

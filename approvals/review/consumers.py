@@ -168,7 +168,8 @@ class QueueConsumer(AsyncWebsocketConsumer):
 
     def _render_queue(self) -> str:
         return render_to_string(
-            "approvals/queue.html#queue-list", {**queue_context(self.params), "oob": True}
+            "approvals/queue.html#queue-list",
+            {**queue_context(self.params, self.user), "oob": True},
         )
 
     def _render_proposal(self) -> list[str]:

@@ -131,6 +131,7 @@ class DecisionForm(forms.Form):
     comment = forms.CharField(
         required=False, max_length=4000, widget=forms.Textarea(attrs={"rows": 2})
     )
+    break_glass = forms.BooleanField(required=False)  # an admin's, outside the review route
 
 
 # --- policy editor -----------------------------------------------------------

@@ -38,8 +38,8 @@ class TeamSerializer(serializers.Serializer):
     members = serializers.ListField(
         child=serializers.CharField(max_length=150), default=list, max_length=1000
     )
-    sso_groups = serializers.ListField(
-        child=serializers.CharField(max_length=200), default=list, max_length=100
+    sso_groups = serializers.ListField(  # kept as Django groups "idp:<name>": 150 at most
+        child=serializers.CharField(max_length=146), default=list, max_length=100
     )
     slack_channel = serializers.RegexField(
         SLACK_CHANNEL,

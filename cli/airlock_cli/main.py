@@ -129,8 +129,16 @@ def logout(as_json: bool):
 @click.option("--action", help="Only these actions: a name or a glob (docker.*).")
 @click.option("--search", "-q", help="Text in the summary or reason.")
 @click.option("--limit", type=click.IntRange(1, 200), default=50, show_default=True)
-def queue(status, risk, agent, action, search, limit, as_json):
-    """The pending queue, riskiest first (or any statuses with --status)."""
+@click.option(
+    "--mine",
+    is_flag=True,
+    help="Only what waits for you: the pending proposals you may still decide (a review "
+    "route that needs a team of yours, or none), not those you decided.",
+)
+def queue(status, risk, agent, action, search, limit, mine, as_json):
+    """The pending queue, riskiest first (any statuses with --status, yours with --mine)."""
+    if mine and status != "pending":
+        raise click.UsageError("--mine lists pending proposals only: leave out --status")
     params = {
         "status": None if status == "all" else status,
         "risk": risk,
@@ -138,13 +146,17 @@ def queue(status, risk, agent, action, search, limit, as_json):
         "action": action,
         "q": search,
         "limit": limit,
+        "review_requested": "me" if mine else None,
     }
     page = api().get("proposals", **params)
     if as_json:
         emit(page)
         return
     items = page["items"]
-    title = "Pending queue" if status == "pending" else f"Proposals ({status})"
+    if mine:
+        title = "Waiting for you"
+    else:
+        title = "Pending queue" if status == "pending" else f"Proposals ({status})"
     if not items:
         click.echo(f"{title}: nothing.")
         return
@@ -193,6 +205,15 @@ def _decide(kind: str, proposal_id: int, comment: str, step_up_timeout: float, a
         proposal = client.post(f"proposals/{proposal_id}/{kind}", {"comment": comment})
     except StepUpRequired as needed:
         proposal = _after_step_up(client, proposal_id, needed, step_up_timeout, as_json)
+    except CliError as refused:
+        if refused.error_type != "not_a_required_reviewer" or as_json:
+            raise  # --json keeps the API's message, for scripts
+        still = refused.message.removeprefix("it ")  # "needs 1 approval from dba (alice, bob)"
+        raise CliError(
+            refused.code,
+            f"you are not a required reviewer of proposal #{proposal_id}: it {still}",
+            error_type=refused.error_type,
+        ) from None
     if as_json:
         emit(proposal)
         return

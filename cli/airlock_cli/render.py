@@ -38,7 +38,16 @@ def needed(item: dict) -> str:
     return f"{item['approvals']} of {item['required_approvals']}"
 
 
+def teams_owed(item: dict) -> str:
+    """A routed proposal's approvals per team, given of needed (``dba 0/1, sre 1/1``); ""
+    when no route applies (or the server predates review routes)."""
+    reviews = item.get("required_reviews") or []
+    return ", ".join(f"{r['team']} {r['given']}/{r['needed']}" for r in reviews)
+
+
 def queue_table(items: list[dict], title: str) -> Table:
+    """The queue; a Teams column only when a row's proposal is routed."""
+    routed = any(item.get("required_reviews") for item in items)
     table = Table(title=title, title_justify="left", expand=False)
     table.add_column("ID", justify="right", style="bold")
     table.add_column("Risk", justify="right")
@@ -47,8 +56,10 @@ def queue_table(items: list[dict], title: str) -> Table:
     table.add_column("Agent")
     table.add_column("Age", justify="right")
     table.add_column("Approvals", justify="right")
+    if routed:
+        table.add_column("Teams")
     for item in items:
-        table.add_row(
+        cells = [
             str(item["id"]),
             risk_text(item["risk"]["score"]),
             item["action"],
@@ -56,7 +67,8 @@ def queue_table(items: list[dict], title: str) -> Table:
             item["agent"],
             age(item["created_at"]),
             needed(item),
-        )
+        ]
+        table.add_row(*cells, *([teams_owed(item)] if routed else []))
     return table
 
 
@@ -115,6 +127,8 @@ def proposal_page(proposal: dict, execution: dict | None = None) -> Group:
     if parameters:
         parts.append(Panel(Syntax(json.dumps(parameters, indent=2), "json"), title="Parameters"))
     parts.append(Text.assemble(("Decision path: ", "bold"), describe_path(proposal)))
+    if proposal.get("required_reviews"):
+        parts.append(required_reviews(proposal))
     if proposal["status"] == "pending":
         parts.append(
             Text(
@@ -139,6 +153,25 @@ def proposal_page(proposal: dict, execution: dict | None = None) -> Group:
             )
         )
     return Group(*parts)
+
+
+def required_reviews(proposal: dict) -> Text:
+    """Per team of the proposal's review route: given of needed, who gave them, and who may
+    still give them (a member who decided it already may not)."""
+    route = (proposal.get("decision_path") or {}).get("route")
+    decided = {decision["reviewer"] for decision in proposal["decisions"]}
+    lines = []
+    for review in proposal["required_reviews"]:
+        said = []
+        if review["approved_by"]:
+            said.append(f"approved by {', '.join(review['approved_by'])}")
+        if review["given"] < review["needed"]:
+            left = [name for name in review["members"] if name not in decided]
+            said.append(f"may decide: {', '.join(left) or 'nobody'}")
+        counted = f"{review['team']} {review['given']}/{review['needed']}"
+        lines.append(Text(f"  • {counted}: {'; '.join(said)}"))
+    head = f"Teams: {teams_owed(proposal)}" + (f" ({route})" if route else "")
+    return Text.assemble((head, "bold"), "\n", Text("\n").join(lines))
 
 
 def describe_path(proposal: dict) -> str:

@@ -9,12 +9,17 @@ it over HTTP exactly as it would to Okta or Keycloak.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import requests
+from django.test import Client
 
 from tests.serving import ROOT, free_port
 from tests.support import require
@@ -22,6 +27,8 @@ from tests.support import require
 TOOLS = ROOT / ".npm-tools"
 PACKAGE = TOOLS / "node_modules" / "oidc-provider"
 SCRIPT = Path(__file__).with_name("provider.mjs")
+# Where the provider sends a browser back to Django's test client (``sign_in``), per provider id.
+TEST_CLIENT_CALLBACK = "http://testserver/accounts/oidc/{id}/login/callback/"
 
 
 @dataclass
@@ -36,7 +43,8 @@ class Person:
 
 
 class IdentityProvider:
-    """One provider process; ``people`` is what its users file says (rewrite with ``save``)."""
+    """One provider process; ``people`` is what its users file says (rewrite with ``save``);
+    ``sign_in`` signs a Django test client in through it."""
 
     def __init__(self, directory: Path, redirect_uris: list[str], *, rogue: bool = False):
         require(shutil.which("node") is not None, "the sign-in tests need Node.js")
@@ -111,6 +119,38 @@ class IdentityProvider:
             f"{prefix}ADMIN_GROUPS": "airlock-admins",
             f"{prefix}REVIEWER_GROUPS": "airlock-reviewers",
         }
+
+    def sign_in(self, client: Client, provider_id: str, person: Person):
+        """Sign ``client`` in through this provider as ``person``; the callback's response.
+
+        Airlock's side runs in the test process (``client``, with ``provider_id`` configured
+        and ``TEST_CLIENT_CALLBACK`` among the provider's redirect URIs); the browser's side
+        is a fresh HTTP session at the provider (so it asks for the password), and Airlock
+        fetches the tokens and the keys from the provider over HTTP as it does in production.
+        """
+        started = client.post(f"/accounts/oidc/{provider_id}/login/")
+        assert started.status_code == 302, started.content[:500]
+        assert started["Location"].startswith(self.issuer + "/auth?"), started["Location"]
+        browser = requests.Session()
+        form = browser.get(started["Location"], timeout=10)
+        assert form.status_code == 200 and 'id="idp-username"' in form.text, form.text[:500]
+        action = re.search(r'<form method="post" action="([^"]+)"', form.text)[1]
+        credentials = {"username": person.username, "password": person.password}
+        answer = browser.post(
+            urljoin(form.url, action), data=credentials, allow_redirects=False, timeout=10
+        )
+        # The provider's own redirects (its login, then its consent) until it sends the
+        # browser back to Airlock with the code.
+        while answer.is_redirect:
+            location = urljoin(answer.url, answer.headers["Location"])
+            if not location.startswith(self.issuer + "/"):
+                break
+            answer = browser.get(location, allow_redirects=False, timeout=10)
+        assert answer.is_redirect, (
+            f"the provider answered {answer.status_code}: {answer.text[:500]}"
+        )
+        back = urlsplit(answer.headers["Location"])
+        return client.get(f"{back.path}?{back.query}")
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group
@@ -14,8 +16,9 @@ from accounts import stepup
 from accounts.roles import REVIEWERS_GROUP, set_provider_groups
 from approvals.core import escalation, services
 from approvals.models import Decision, Proposal
+from approvals.policy import simulation
 from approvals.policy.models import PolicyVersion
-from approvals.policy.text import PolicyTextError, apply_text, version_text
+from approvals.policy.text import PolicyTextError, apply_text, parse, version_text
 from audit.models import AuditEvent
 from tests.approvals.test_cascade import propose
 from tests.conftest import _user, client_for, use_policy
@@ -248,3 +251,34 @@ def test_a_team_member_needs_the_reviewer_role_too(cast, agent_api):
     assert made["required_reviews"][0]["members"] == ["alice"]
     refused = decide(cast["bob"], made["id"])
     assert (refused.status_code, refused.json()["error"]["type"]) == (403, "permission_denied")
+
+
+def test_the_preview_shows_which_route_and_teams_each_proposal_would_need(db, agent_api, capsys):
+    from django.core.management import call_command
+
+    for tool in ("db.drop_index", "db.vacuum", "crm.lookup"):
+        propose(agent_api, call(tool))
+    draft = version_text().replace(
+        "teams: {}\n", "teams:\n  dba: {members: [alice]}\n  finance: {members: [fiona]}\n"
+    )
+    draft = draft.replace(
+        "reviews: []",
+        "reviews:\n- match: ['tool:db.*']\n  require: {dba: 1}\n"
+        "- match: ['tool:billing.*']\n  require: {finance: 1}",
+    )
+    preview = simulation.simulate(parse(draft), 100)
+    first, second = preview.review_routes
+    assert (first["route"], first["count"], first["require"]) == (
+        "reviews[1]: tool:db.*",
+        2,
+        {"dba": 1},
+    )
+    assert second["count"] == 0 and preview.unrouted == 1  # crm.lookup: any reviewer
+    assert preview.as_dict()["unused_review_routes"] == ["reviews[2]: tool:billing.*"]
+    path = Path(tempfile.mkdtemp()) / "draft.yaml"
+    path.write_text(draft)
+    call_command("policy", "simulate", str(path), "--last", "100")
+    shown = capsys.readouterr().out
+    assert "reviews[1]: tool:db.* → dba 1: 2 (2 need 1 approvals)" in shown
+    assert "reviews[2]: tool:billing.* → finance 1: matches nothing" in shown
+    assert "no route (any reviewer, quorum by risk): 1" in shown

@@ -305,6 +305,112 @@ def test_policy_from_the_terminal(reviewer_shell, deployment, tmp_path):
     assert "/manage/policy/apply/?draft=" in applied.stderr
 
 
+# A review route: tool calls on databases need one approval from dba, whose only member is
+# the demo reviewer; reviewer2 is a reviewer in no team.
+ROUTED = {
+    "teams": {"dba": {"members": ["reviewer"]}},
+    "reviews": [{"match": ["tool:db.*"], "require": {"dba": 1}}],
+}
+
+
+@pytest.fixture
+def routed(deployment):
+    """A pending tool call that the route above holds for dba, under that policy (and the
+    default policy again afterwards)."""
+    manage(
+        deployment.data_dir,
+        "shell",
+        "-c",
+        f"from tests.conftest import use_policy; use_policy(**{ROUTED!r})",
+    )
+    status, made = deployment.api(
+        "POST",
+        "/api/v1/proposals",
+        {
+            "action": "tool.call",
+            "parameters": {"tool": "db.migrate", "arguments": {"to": "0042"}},
+            "reason": "cli routed",
+        },
+    )
+    assert status == 201 and made["status"] == "pending", made
+    yield made
+    manage(
+        deployment.data_dir, "shell", "-c", "from tests.conftest import use_policy; use_policy()"
+    )
+
+
+@pytest.fixture
+def outside_shell(tmp_path, deployment) -> Terminal:
+    """reviewer2: a reviewer, in none of the route's teams."""
+    shell = Terminal(tmp_path / "outside")
+    token = user_token(deployment.data_dir, "reviewer2")
+    assert shell("login", deployment.base, "--token", token).returncode == 0
+    return shell
+
+
+def rows(result) -> dict[int, list[str]]:
+    """A table's rows by proposal id, each as its cells."""
+    assert result.returncode == 0, result.stderr
+    found = {}
+    for line in result.stdout.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if cells and cells[0].isdigit():
+            found[int(cells[0])] = cells
+    return found
+
+
+def test_queue_mine_lists_a_routed_proposal_for_its_team_only_with_what_each_team_owes(
+    reviewer_shell, outside_shell, routed, deployment
+):
+    free = deployment.propose_script(MEDIUM, reason="cli unrouted")  # any reviewer's
+    mine = reviewer_shell("queue", "--mine")
+    assert mine.stdout.startswith("Waiting for you — ")
+    listed = rows(mine)
+    _, _, action, summary, agent, _, approvals, teams = listed[routed["id"]]
+    assert (action, summary, agent) == ("tool.call", 'db.migrate(to="0042")', "demo-agent")
+    assert (approvals, teams) == ("0 of 1", "dba 0/1")
+    assert listed[free["id"]][-2:] == ["0 of 1", ""]  # no route: no team owes it
+    theirs = rows(outside_shell("queue", "--mine"))
+    assert routed["id"] not in theirs and free["id"] in theirs
+    assert rows(outside_shell("queue"))[routed["id"]][-1] == "dba 0/1"  # the whole queue has it
+    shown = outside_shell("show", str(routed["id"]))
+    assert "Teams: dba 0/1 (reviews[1]: tool:db.*)\n  • dba 0/1: may decide: reviewer\n" in (
+        shown.stdout
+    )
+    approved = reviewer_shell("approve", str(routed["id"]))
+    assert approved.stdout.strip() == f"Proposal #{routed['id']}: approved"
+    assert routed["id"] not in rows(reviewer_shell("queue", "--mine"))
+    shown = reviewer_shell("show", str(routed["id"]))
+    assert "  • dba 1/1: approved by reviewer\n" in shown.stdout
+
+
+def test_deciding_outside_the_route_says_who_may(outside_shell, routed):
+    needs = "needs 1 approval from dba (reviewer)"
+    approve = outside_shell("approve", str(routed["id"]))
+    assert approve.returncode == 6
+    assert one_line(approve) == (
+        f"airlock: you are not a required reviewer of proposal #{routed['id']}: it {needs}"
+    )
+    reject = outside_shell("reject", str(routed["id"]), "-m", "no")
+    assert reject.returncode == 6 and one_line(reject) == one_line(approve)
+    as_json = outside_shell("approve", str(routed["id"]), "--json")
+    assert as_json.returncode == 6
+    assert json.loads(as_json.stdout)["error"] == {
+        "type": "not_a_required_reviewer",
+        "message": needs,
+    }
+
+
+def test_queue_mine_is_the_pending_queue_of_a_reviewer(agent_shell, reviewer_shell):
+    agent = agent_shell("queue", "--mine")
+    assert agent.returncode == 1
+    assert (
+        one_line(agent) == "airlock: review_requested: is for reviewers: an agent reviews nothing"
+    )
+    history = reviewer_shell("queue", "--mine", "--status", "all")
+    assert history.returncode == 2 and "--mine lists pending proposals only" in history.stderr
+
+
 class CuttingProxy:
     """A TCP proxy in front of the server that cuts the first websocket once it has carried
     ``cut_after`` bytes towards the client: a connection dropped mid-stream."""

@@ -220,7 +220,8 @@ def test_the_overview_takes_the_same_queries_at_100000_proposals(admin_user):
     overview.forget_tallies()  # the past was written after it was counted (as seed_history does)
     large, seconds, html = overview_queries(client)
     assert Proposal.objects.count() == BULK + 16
-    assert large <= small <= 13, (small, large)  # the small one also kept its settled days
+    # 14: the list of break-glass decisions not yet reviewed is one more, whatever the history
+    assert large <= small <= 14, (small, large)  # the small one also kept its settled days
     assert re.search(rf'id="tile-total"><span class="figure">{BULK + 16}</span>', html)
     print(f"overview at {BULK + 16} proposals: {large} queries, {seconds:.2f} s")
 

@@ -69,7 +69,7 @@ async def test_a_decided_proposal_leaves_the_queue(reviewer, reviewer2, agent):
     await database_sync_to_async(services.decide)(proposal.pk, reviewer2, "reject", "no")
     html = await receive_until(communicator, "queue-list")
     assert f'proposal-row-{proposal.pk}"' not in html
-    assert "Nothing waits for review." in html
+    assert "Nothing waits for you." in html  # the "Needs me" view, the queue's first
     await communicator.disconnect()
 
 

@@ -106,4 +106,24 @@ def report(preview: simulation.Preview) -> str:
             f"  #{e.id} {e.agent} {e.action} risk {e.risk_score} ({e.status}): {e.summary}"
             for e in move.examples
         ]
+    lines += review_route_lines(preview)
     return "\n".join(lines)
+
+
+def review_route_lines(preview: simulation.Preview) -> list[str]:
+    """What each review route of the draft would have taken, and which teams it requires."""
+    if not preview.review_routes:
+        return []
+    lines = ["", "review routes (of what goes to people):"]
+    for route in preview.review_routes:
+        teams = ", ".join(f"{team} {n}" for team, n in route["require"].items())
+        if not route["count"]:
+            lines.append(f"  {route['route']} → {teams}: matches nothing")
+            continue
+        needed = ", ".join(
+            f"{count} need {total}" for total, count in sorted(route["needed"].items())
+        )
+        lines.append(f"  {route['route']} → {teams}: {route['count']} ({needed} approvals)")
+        lines += [f"    #{e['id']} {e['summary']}" for e in route["examples"]]
+    lines.append(f"  no route (any reviewer, quorum by risk): {preview.unrouted}")
+    return lines

@@ -21,11 +21,12 @@ from accounts.roles import reviewers
 from approvals.core.services import may_decide
 from approvals.models import Proposal
 from approvals.notify import deliveries
-from approvals.notify.base import FOLLOW_UPS, TOLD, Event, Notifier, teams_told
+from approvals.notify.base import FOLLOW_UPS, REVIEW_KINDS, TOLD, Event, Notifier, teams_told
 from approvals.notify.models import Delivery, ReviewerPreferences, SlackMessage
 from approvals.notify.slack import client, configured
 from approvals.notify.slack.messages import load, render
 from approvals.policy.rules import current_policy
+from approvals.routing.membership import is_member
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,10 @@ def targets(proposal: Proposal, kind: str) -> list[tuple[str, object]]:
             continue
         if kind in ("review_requested", "escalated") and not may_decide(person, proposal):
             continue
+        if kind == "escalated" and not any(
+            is_member(person, policy.teams.get(t)) for t in teams_told(kind, proposal)
+        ):
+            continue  # the silent team was asked already: this is for the teams it goes to
         found.append((preferences.slack_user_id, person))
     return found
 
@@ -123,7 +128,7 @@ def deliver(delivery: Delivery) -> None:
 
 
 def _post(delivery: Delivery) -> dict:
-    message = render(load(delivery.proposal_id), reviewable=delivery.event == "review_requested")
+    message = render(load(delivery.proposal_id), reviewable=delivery.event in REVIEW_KINDS)
     answer = client().chat_postMessage(channel=delivery.target, **message)
     delivery.slack_message = SlackMessage.objects.create(
         proposal_id=delivery.proposal_id,

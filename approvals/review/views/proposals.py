@@ -28,7 +28,12 @@ from approvals.review.paging import CappedPaginator
 
 QUEUE_LIMIT = 200
 HISTORY_PAGE_SIZE = 50
-STATUS_FOR_ERROR = {"permission_denied": 403, "not_found": 404, "conflict": 409}
+STATUS_FOR_ERROR = {
+    "permission_denied": 403,
+    "not_a_required_reviewer": 403,
+    "not_found": 404,
+    "conflict": 409,
+}
 LEXERS = {"python": PythonLexer, "bash": BashLexer, "javascript": JavascriptLexer}
 CODE_PARAMETERS = ("code", "command")
 
@@ -43,18 +48,28 @@ def home(request: HttpRequest) -> HttpResponse:
 # --- queue ----------------------------------------------------------------------
 
 
-def queue_proposals(params) -> list[Proposal]:
-    """Pending proposals, riskiest then oldest first, narrowed by the queue's filters."""
+QUEUE_VIEWS = ("mine", "all")  # "Needs me" (the default) and "All pending"
+
+
+def queue_proposals(params, mine: list[int] | None = None) -> list[Proposal]:
+    """Pending proposals, riskiest then oldest first, narrowed by the queue's filters (and to
+    ``mine``, the ids of those waiting for the reviewer, in the "Needs me" view)."""
     form = forms.QueueFilterForm(params)
     queryset = Proposal.objects.review_queue().select_related("agent")
+    if mine is not None:
+        queryset = queryset.filter(pk__in=mine)
     return list(form.apply(queryset)[:QUEUE_LIMIT])
 
 
-def queue_context(params) -> dict:
+def queue_context(params, user) -> dict:
     """What the queue list partial needs; the websocket consumer renders it too."""
-    proposals = queue_proposals(params)
+    view = params.get("view") if params.get("view") in QUEUE_VIEWS else "mine"
+    mine = services.awaiting(user)
+    proposals = queue_proposals(params, mine if view == "mine" else None)
     return {
         "proposals": proposals,
+        "view": view,
+        "mine_count": len(mine),
         "filters_active": _has_filters(params),
         "truncated": len(proposals) == QUEUE_LIMIT,
     }
@@ -68,7 +83,7 @@ def _has_filters(params) -> bool:
 def queue(request: HttpRequest) -> HttpResponse:
     form = forms.QueueFilterForm(request.GET)
     context = {
-        **queue_context(request.GET),
+        **queue_context(request.GET, request.user),
         "form": form,
         "agents": Agent.objects.values_list("name", flat=True),
         "actions": forms.action_choices(),
@@ -114,11 +129,17 @@ def other_parameters(proposal: Proposal) -> str:
 
 def proposal_context(proposal: Proposal, user, error: str = "") -> dict:
     """What the decision panel shows; the consumer uses it for live updates too."""
-    decided_by_user = any(d.reviewer_id == user.pk for d in proposal.decisions.all())
+    decisions = proposal.decisions.all()
+    decided_by_user = any(d.reviewer_id == user.pk for d in decisions)
+    pending = proposal.is_pending and not decided_by_user
     return {
         "proposal": proposal,
-        "decisions": proposal.decisions.all(),
+        "decisions": decisions,
         "decided_by_user": decided_by_user,
+        "required_reviews": services.required_reviews_of(proposal, decisions),
+        # Why the buttons are off for this reviewer (the route's teams, their own agent).
+        "cannot_decide": services.why_not(user, proposal) if pending else "",
+        "may_break_glass": pending and is_admin(user),
         "error": error,
         "form": forms.DecisionForm(),
     }
@@ -152,27 +173,32 @@ def decide(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
         return _confirm_page(request, pk, kind)
     form = forms.DecisionForm(request.POST)
     comment = form.cleaned_data["comment"] if form.is_valid() else ""
+    break_glass = form.cleaned_data.get("break_glass", False) if form.is_valid() else False
     error, status = "", 200
     if not form.is_valid():
         error, status = "the comment is too long", 400
     else:
         how = stepup.Authentication.of_session(request)
         try:
-            services.decide(pk, request.user, kind, comment, authentication=how)
+            services.decide(
+                pk, request.user, kind, comment, authentication=how, break_glass=break_glass
+            )
         except services.ProposalError as exc:
             if exc.kind == "step_up_required":
                 request.session[_kept_comment(pk, kind)] = comment
+                back = reverse("console:decide", args=[pk, kind])
                 return stepup.ask(
                     request,
-                    reverse("console:decide", args=[pk, kind]),
-                    _decision_purpose(pk, kind),
+                    back + ("?break_glass=1" if break_glass else ""),
+                    _decision_purpose(pk, kind, break_glass),
                 )
             error, status = exc.message, STATUS_FOR_ERROR.get(exc.kind, 400)
         else:
             request.session.pop(_kept_comment(pk, kind), None)
     if not error and not request.htmx:
         verb = "approved" if kind == DecisionKind.APPROVE else "rejected"
-        messages.success(request, f"You {verb} proposal {pk}.")
+        glass = " by breaking the glass: everyone concerned is told" if break_glass else ""
+        messages.success(request, f"You {verb} proposal {pk}{glass}.")
         return redirect(_next_url(request) or reverse("console:proposal", args=[pk]))
     if status == 404:
         return render(request, "console/404.html", status=404)
@@ -187,12 +213,27 @@ def decide(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
     return render(request, "approvals/detail.html", context, status=status)
 
 
-def _decision_purpose(pk: int, kind: str) -> str:
+def _decision_purpose(pk: int, kind: str, break_glass: bool = False) -> str:
     proposal = Proposal.objects.only("summary", "action", "risk_score").get(pk=pk)
     verb = "Approve" if kind == DecisionKind.APPROVE else "Reject"
+    if break_glass:
+        verb = f"Break the glass: {verb.lower()}"
     return (
         f"{verb} proposal {pk}, risk {proposal.risk_score}: {proposal.summary or proposal.action}"
     )
+
+
+@require_http_methods(["POST"])
+@reviewer_required
+def break_glass_reviewed(request: HttpRequest, pk: int) -> HttpResponse:
+    """Mark a break-glass decision reviewed: it leaves the red list (audited)."""
+    try:
+        services.mark_break_glass_reviewed(pk, request.user)
+    except services.ProposalError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Proposal {pk}'s break-glass decision is marked reviewed.")
+    return redirect(_next_url(request) or reverse("console:proposal", args=[pk]))
 
 
 def _kept_comment(pk: int, kind: str) -> str:
@@ -206,6 +247,7 @@ def _confirm_page(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
         "code_blocks": highlighted(proposal),
         "parameters_json": other_parameters(proposal),
         "confirm_kind": kind,
+        "confirm_break_glass": request.GET.get("break_glass") == "1",
         # Kept from a try before the step-up, or brought by the API's link (a token's comment).
         "kept_comment": request.session.get(_kept_comment(pk, kind))
         or request.GET.get("comment", "")[:4000],
@@ -262,7 +304,17 @@ def overview_page(request: HttpRequest) -> HttpResponse:
     """Proposals per day by outcome, time to decision, who decides, risk, top agents and actions."""
     form = forms.OverviewForm(request.GET if "days" in request.GET else None)
     view = overview.overview(form.window())
-    context = {"form": form, "view": view, "charts": charts.all_charts(view)}
+    context = {
+        "form": form,
+        "view": view,
+        "charts": charts.all_charts(view),
+        # In red until someone other than the admin who broke the glass marks it reviewed.
+        "broken_glass": Proposal.objects.filter(
+            break_glass_at__isnull=False, break_glass_reviewed_at__isnull=True
+        )
+        .select_related("agent")
+        .order_by("-break_glass_at")[:20],
+    }
     template = "approvals/overview.html"
     if request.htmx and request.htmx.target == "overview":
         template += "#overview"
