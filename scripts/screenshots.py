@@ -1,12 +1,14 @@
 #!/usr/bin/env python
 """Screenshots of the console for the documentation: the queue, a proposal, a live execution,
-the overview, the policy editor's preview, the sign-in page with single sign-on and
-the step-up prompt.
+the overview, the policy editor's preview, the sign-in page with single sign-on,
+the step-up prompt, and under review routes a team member's "Needs me" and a proposal
+waiting for two teams.
 
 Starts the embedded deployment on a free port with a throw-away data dir,
 writes two weeks of made-up history into its database (for the overview and
 the preview), submits a few proposals as the demo agent, and photographs the
-pages at 1280×800 with Debian's Chromium:
+pages at 1280×800 with Debian's Chromium; last, it puts teams and review routes in force
+(as the admins' guide does) and submits a few tool calls they route:
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 """
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.browser.steps import enrol_totp  # noqa: E402
-from tests.serving import DEMO_PASSWORD, FOREIGN_ENV, start_server  # noqa: E402
+from tests.serving import DEMO_PASSWORD, FOREIGN_ENV, manage, start_server  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 # A provider for the sign-in page's button (it is not asked anything until someone clicks).
@@ -37,7 +39,10 @@ SSO = {
     "OIDC_NAME": "Acme SSO",
     "OIDC_REVIEWER_GROUPS": "airlock-reviewers",
 }
-NAMES = ("queue", "proposal", "execution", "sign-in", "step-up", "overview", "policy-preview")
+NAMES = (
+    "queue", "proposal", "execution", "sign-in", "step-up", "overview", "policy-preview",
+    "needs-me", "proposal-teams",
+)  # fmt: skip
 VIEWPORT = {"width": 1280, "height": 800}
 
 PROPOSALS = [
@@ -54,6 +59,37 @@ LIVE = (
     "    time.sleep(0.25)\n"
 )
 
+# The admins' guide's example, smaller: databases to a DBA and an SRE, refunds to finance.
+PEOPLE = {"dana": [], "bob": [], "sam": ["sre-oncall"], "fiona": []}  # name: provider groups
+ROUTES = """\
+teams:
+  dba: {members: [dana, bob]}
+  sre: {sso_groups: [sre-oncall]}
+  finance: {members: [fiona]}
+reviews:
+  - match: ["tool:db.*"]
+    require: {dba: 1, sre: 1}
+  - match: ["tool:billing.refund"]
+    require: {finance: 1}
+    escalate_after_minutes: 30
+    escalate_to: [sre]
+"""
+MAKE_PEOPLE = """\
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from accounts.roles import REVIEWERS_GROUP, set_provider_groups
+reviewers = Group.objects.get_or_create(name=REVIEWERS_GROUP)[0]
+for name, groups in {people!r}.items():
+    user = get_user_model().objects.create_user(name, password={password!r})
+    user.groups.add(reviewers)
+    set_provider_groups(user, groups, actor="system")
+"""
+ROUTED = [  # (tool, arguments, reason)
+    ("db.migrate", {"database": "orders", "to": "0042_invoice_totals"}, "ship invoice totals"),
+    ("db.drop_index", {"database": "orders", "index": "orders_status_idx"}, "unused since May"),
+    ("billing.refund", {"customer": "c-1042", "amount": 120}, "charged twice"),
+    ("db.vacuum", {"database": "events", "table": "page_views"}, "the table doubled in a week"),
+]
 
 # (agent, action, parameters, risk, route) — route: allow, notify, risk, review, deny.
 HISTORY = [
@@ -191,6 +227,7 @@ def main() -> None:
             page.wait_for_selector("#step-up-totp")
             page.screenshot(path=str(out / "step-up.png"))
             admin_pages(browser, server.base, out)
+            routed_pages(browser, server, data_dir, out)
             browser.close()
     finally:
         server.stop()
@@ -222,6 +259,57 @@ def admin_pages(browser, base: str, out: Path) -> None:
     page.evaluate("window.scrollBy(0, -150)")  # keep the Preview and Save buttons in view
     time.sleep(0.3)
     page.screenshot(path=str(out / "policy-preview.png"))
+    page.close()
+
+
+def put_routes_in_force(data_dir: Path) -> None:
+    """dana and bob (dba), sam (sre, through the provider's group), fiona (finance), and the
+    routes above appended to the policy in force with ``manage.py policy apply``. (In other
+    processes: Playwright's running event loop keeps Django out of the database here.)"""
+    manage(data_dir, "shell", "-c", MAKE_PEOPLE.format(people=PEOPLE, password=DEMO_PASSWORD))
+    exported = manage(data_dir, "policy", "export").splitlines()
+    kept = [line for line in exported if line not in ("teams: {}", "reviews: []")]
+    policy = data_dir / "policy-with-routes.yaml"
+    policy.write_text("\n".join(kept) + "\n" + ROUTES)
+    manage(data_dir, "policy", "apply", str(policy), "--comment", "teams and routes")
+
+
+def routed_pages(browser, server, data_dir: Path, out: Path) -> None:
+    """A DBA's "Needs me" among routed and unrouted proposals; then, once she approved a
+    migration, its page as the SRE whose approval it still waits for sees it."""
+    put_routes_in_force(data_dir)
+    made = {}
+    for tool, arguments, reason in ROUTED:
+        call = {"tool": tool, "arguments": arguments}
+        status, body = server.api(
+            "POST",
+            "/api/v1/proposals",
+            {"action": "tool.call", "parameters": call, "reason": reason},
+        )
+        assert status == 201 and body["status"] == "pending", body
+        made[tool] = body
+    migration = made["db.migrate"]
+
+    page = browser.new_page(viewport=VIEWPORT)
+    page.goto(server.base + "/login/")
+    sign_in(page, "dana")
+    page.wait_for_url(server.base + "/")
+    page.goto(server.base + "/queue/")  # without the "signed in" message
+    page.wait_for_selector(f"#proposal-row-{migration['id']}")
+    page.screenshot(path=str(out / "needs-me.png"))
+    page.goto(f"{server.base}/proposals/{migration['id']}/")
+    page.fill("#decision-comment", "reviewed the migration: additive, no lock")
+    page.click("#approve-button")
+    page.wait_for_selector("#team-dba.done")
+    page.close()
+
+    page = browser.new_page(viewport=VIEWPORT)
+    page.goto(server.base + "/login/")
+    sign_in(page, "sam")
+    page.wait_for_url(server.base + "/")
+    page.goto(f"{server.base}/proposals/{migration['id']}/")
+    page.wait_for_selector("#team-dba.done")
+    page.screenshot(path=str(out / "proposal-teams.png"))
     page.close()
 
 

@@ -148,14 +148,7 @@ _decision_rows = Prepared(
     lambda pk: (
         Decision.objects.filter(proposal_id=pk)
         .order_by("created_at", "pk")
-        .values(
-            "kind",
-            "comment",
-            "team",
-            "break_glass",
-            "created_at",
-            reviewer_name=F("reviewer__username"),
-        )
+        .values(*listing.DECISION_FIELDS, reviewer_name=F("reviewer__username"))
     ),
     pk=int,
 )

@@ -45,6 +45,9 @@ FILTERS = (
 )  # fmt: skip
 
 
+# What the API shows of each decision (with ``reviewer_name``).
+DECISION_FIELDS = ("kind", "comment", "team", "break_glass", "created_at")
+
 PATHS = Paths(
     risk="risk_score",
     agent="agent__name",
@@ -96,15 +99,7 @@ def _attach_decisions(rows: list[dict]) -> None:
         for decision in (
             Decision.objects.filter(proposal_id__in=decided)
             .order_by("created_at", "pk")
-            .values(
-                "proposal_id",
-                "kind",
-                "comment",
-                "team",
-                "break_glass",
-                "created_at",
-                reviewer_name=F("reviewer__username"),
-            )
+            .values("proposal_id", *DECISION_FIELDS, reviewer_name=F("reviewer__username"))
         ):
             by_proposal[decision.pop("proposal_id")].append(decision)
     for row in rows:

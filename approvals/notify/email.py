@@ -69,35 +69,11 @@ class EmailNotifier(Notifier):
             link = None
             if event.kind in REVIEW_KINDS and may_decide(user, proposal):
                 link = review_links.mint(user, proposal)
-            deliveries.record(
-                Delivery,
-                send_mail,
-                channel=Delivery.Channel.EMAIL,
-                operation=Delivery.Operation.SEND,
-                event=event.kind,
-                proposal=proposal,
-                recipient=user,
-                target=user.email,
-                subject=event.subject,
-                body=event.text,
-                review_link=link,
-            )
+            _mail(event, proposal, user.email, recipient=user, link=link)
         if routed:
             teams = current_policy().teams
             for address in sorted({teams[t].email for t in event.teams if t in teams} - {""}):
-                deliveries.record(
-                    Delivery,
-                    send_mail,
-                    channel=Delivery.Channel.EMAIL,
-                    operation=Delivery.Operation.SEND,
-                    event=event.kind,
-                    proposal=proposal,
-                    recipient=None,
-                    target=address,
-                    subject=event.subject,
-                    body=event.text,
-                    review_link=None,
-                )
+                _mail(event, proposal, address)
 
     @staticmethod
     def recipients(event: Event) -> list:
@@ -106,6 +82,23 @@ class EmailNotifier(Notifier):
         else:
             people = reviewers()
         return list(people.exclude(email="").distinct().order_by("email"))
+
+
+def _mail(event: Event, proposal: Proposal, address: str, recipient=None, link=None) -> None:
+    """One mail of the delivery log: to a person (with their review link), or a team's address."""
+    deliveries.record(
+        Delivery,
+        send_mail,
+        channel=Delivery.Channel.EMAIL,
+        operation=Delivery.Operation.SEND,
+        event=event.kind,
+        proposal=proposal,
+        recipient=recipient,
+        target=address,
+        subject=event.subject,
+        body=event.text,
+        review_link=link,
+    )
 
 
 def _concerned(user, proposal: Proposal, event: Event) -> bool:
