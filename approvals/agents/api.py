@@ -10,7 +10,6 @@ from django.db.models import F
 from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
-    extend_schema_field,
     inline_serializer,
 )
 from rest_framework import serializers, status
@@ -20,7 +19,11 @@ from rest_framework.views import APIView
 from accounts import stepup
 from accounts.roles import is_agent, is_reviewer
 from approvals.agents import listing
-from approvals.choices import CHANGE, UNTIL, DecisionKind, ProposalStatus, Urgency
+from approvals.agents.serializers import (
+    DecisionRequestSerializer,
+    ProposalSerializer,
+)
+from approvals.choices import CHANGE, UNTIL, ProposalStatus
 from approvals.core import services
 from approvals.models import Decision, Proposal
 from approvals.policy.rules import current_policy
@@ -28,8 +31,7 @@ from approvals.routing.reviews import Roster, required_reviews
 from audit.services import actor_label
 from executions import sessions
 from executions.actions import catalog
-from executions.api import ExecutionSerializer, execution_data
-from executions.choices import ExecutionStatus
+from executions.api import execution_data
 from executions.models import SandboxSession
 from executions.sandboxes.status import sandbox_status
 from infrastructure.prepared import Prepared
@@ -47,89 +49,6 @@ STATUS_FOR = {
     "not_a_required_reviewer": 403,
     "sandbox_unsupported": 422,
 }
-
-
-# Plain serializers with their fields declared: a ModelSerializer rebuilds its
-# fields from the model on every instance, which was a third of a read's time.
-# They read the rows of ``proposal_data`` (dicts), and one instance of each
-# serves every answer (its fields are bound once; representing is stateless).
-class DecisionSerializer(serializers.Serializer):
-    reviewer = serializers.CharField(source="reviewer_name")
-    kind = serializers.ChoiceField(choices=DecisionKind.choices)
-    comment = serializers.CharField()
-    team = serializers.CharField(help_text="the team a routed proposal's approval counted for")
-    break_glass = serializers.BooleanField(help_text="an admin's decision outside the route")
-    created_at = serializers.DateTimeField()
-
-
-class RequiredReviewSerializer(serializers.Serializer):
-    team = serializers.CharField()
-    needed = serializers.IntegerField()
-    given = serializers.IntegerField()
-    approved_by = serializers.ListField(child=serializers.CharField())
-    members = serializers.ListField(child=serializers.CharField())
-
-
-class RiskSerializer(serializers.Serializer):
-    score = serializers.IntegerField()
-    reasons = serializers.ListField(child=serializers.CharField())
-
-
-class InlineResultSerializer(ExecutionSerializer):
-    """The run's result in the answer of a call that waited ``until=finished``: the
-    execution's result contract, stdout and stderr cut at ``RESULT_INLINE_BYTES`` each."""
-
-    output_truncated = serializers.BooleanField(
-        help_text="stdout or stderr was cut here: read the rest at output_url"
-    )
-    output_url = serializers.CharField(help_text="every chunk of the output, by sequence number")
-
-    class Meta(ExecutionSerializer.Meta):
-        fields = [*ExecutionSerializer.Meta.fields, "output_truncated", "output_url"]
-
-
-class ProposalSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=ProposalStatus.choices)
-    agent = serializers.CharField(source="agent_name")
-    action = serializers.CharField()
-    parameters = serializers.JSONField()
-    summary = serializers.CharField()
-    reason = serializers.CharField()
-    urgency = serializers.ChoiceField(choices=Urgency.choices)
-    idempotency_key = serializers.CharField(allow_null=True)
-    risk = serializers.SerializerMethodField()
-    decision_path = serializers.JSONField()
-    policy_version = serializers.IntegerField()
-    required_approvals = serializers.IntegerField()
-    approvals = serializers.IntegerField(source="approvals_count")
-    approvals_remaining = serializers.IntegerField()
-    decisions = DecisionSerializer(many=True)
-    execution_id = serializers.IntegerField(allow_null=True)
-    execution_status = serializers.ChoiceField(choices=ExecutionStatus.choices, allow_null=True)
-    created_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField(allow_null=True)
-    decided_at = serializers.DateTimeField(allow_null=True)
-    escalated_at = serializers.DateTimeField(
-        allow_null=True,
-        required=False,
-        help_text="when its review route handed the missing approvals to its escalate_to teams",
-    )
-    required_reviews = RequiredReviewSerializer(
-        many=True,
-        required=False,
-        help_text="the review route's teams (empty when no route applies): approvals needed "
-        "and given per team, and who may decide for it",
-    )
-    result = InlineResultSerializer(
-        required=False,
-        help_text="only with ?until=finished once the run ended: its result, so the agent "
-        "needs no second call",
-    )
-
-    @extend_schema_field(RiskSerializer)
-    def get_risk(self, proposal: dict) -> dict:
-        return {"score": proposal["risk_score"], "reasons": proposal["risk_reasons"]}
 
 
 PROPOSAL_FIELDS = [
@@ -323,19 +242,6 @@ def _until(request) -> str:
             400, "validation_error", f"until must be one of {', '.join(UNTIL)}, got {until!r}"
         )
     return until
-
-
-class CommentSerializer(serializers.Serializer):
-    comment = serializers.CharField(max_length=4000, allow_blank=True, default="")
-
-
-class DecisionRequestSerializer(CommentSerializer):
-    break_glass = serializers.BooleanField(
-        default=False,
-        help_text="admins: decide outside the review route, at once; needs a comment and a "
-        "second factor proved just now (so a token is sent to the console to complete it), "
-        "and every member of the route's teams and every admin is told",
-    )
 
 
 DECISION_RESPONSES = {

@@ -20,16 +20,7 @@ from approvals.choices import RISK_BANDS, DecisionStep, ProposalStatus, risk_ban
 from approvals.policy.models import PolicyVersion
 from approvals.policy.prevalidators import PreValidation
 from approvals.policy.tool_risk import ToolRisk, ToolRiskSerializer
-from approvals.routing.document import (
-    SLACK_CHANNEL,
-    Route,
-    RouteSerializer,
-    Team,
-    TeamSerializer,
-    first_route,
-    route_problems,
-    team_problems,
-)
+from approvals.routing import document as routing
 from audit.services import actor_label, record
 from infrastructure.prepared import Prepared
 
@@ -103,7 +94,7 @@ class SlackRouteSerializer(serializers.Serializer):
     """Where review requests go in Slack: a channel, for some risk bands, agents and actions."""
 
     channel = serializers.RegexField(
-        SLACK_CHANNEL, max_length=81, error_messages={"invalid": "a channel id or #name"}
+        routing.SLACK_CHANNEL, max_length=81, error_messages={"invalid": "a channel id or #name"}
     )
     bands = serializers.ListField(
         child=serializers.ChoiceField(choices=list(RISK_BANDS)), default=list, max_length=3
@@ -160,16 +151,16 @@ class PolicySerializer(serializers.Serializer):
     agent_overrides = serializers.DictField(child=OverrideSerializer(), default=dict)
     slack_routes = SlackRouteSerializer(many=True, default=list)
     tool_risk = ToolRiskSerializer(many=True, default=list)
-    teams = serializers.DictField(child=TeamSerializer(), default=dict)
-    reviews = RouteSerializer(many=True, default=list)
+    teams = serializers.DictField(child=routing.TeamSerializer(), default=dict)
+    reviews = routing.RouteSerializer(many=True, default=list)
 
     def validate_teams(self, teams: dict) -> dict:
-        if problems := team_problems(teams):
+        if problems := routing.team_problems(teams):
             raise serializers.ValidationError(problems)
         return teams
 
     def validate(self, data: dict) -> dict:
-        if problems := route_problems(data["teams"], data["reviews"]):
+        if problems := routing.route_problems(data["teams"], data["reviews"]):
             raise serializers.ValidationError({"reviews": problems})
         if data["high_risk_at"] < data["auto_approve_below"]:
             raise serializers.ValidationError(
@@ -252,8 +243,8 @@ class Policy:
     # The risk of tool calls (tool.call) by tool and argument: approvals.policy.tool_risk.
     tool_risk: tuple[ToolRisk, ...] = ()
     # Who decides what (approvals.routing): the teams, and the review routes, first match wins.
-    teams: dict[str, Team] = field(default_factory=dict)
-    reviews: tuple[Route, ...] = ()
+    teams: dict[str, routing.Team] = field(default_factory=dict)
+    reviews: tuple[routing.Route, ...] = ()
 
     @classmethod
     def from_data(cls, version: int, data: dict) -> Policy:
@@ -279,8 +270,10 @@ class Policy:
         }
         routes = tuple(SlackRoute.from_data(route) for route in data.get("slack_routes", []))
         tools = tuple(ToolRisk.from_data(rule) for rule in data.get("tool_risk", []))
-        teams = {name: Team.from_data(name, team) for name, team in data.get("teams", {}).items()}
-        reviews = tuple(Route.from_data(i, r) for i, r in enumerate(data.get("reviews", []), 1))
+        teams = {n: routing.Team.from_data(n, t) for n, t in data.get("teams", {}).items()}
+        reviews = tuple(
+            routing.Route.from_data(i, r) for i, r in enumerate(data.get("reviews", []), 1)
+        )
         return cls(
             version=version,
             **lists,
@@ -302,7 +295,7 @@ class Policy:
 
     def route_for(self, action: str, agent: str, targets: dict[str, str], risk: int):
         """The first review route the proposal matches (``approvals.routing``), or None."""
-        return first_route(self.reviews, action, agent, targets, risk)
+        return routing.first_route(self.reviews, action, agent, targets, risk)
 
     def slack_channel_for(self, agent: str, action: str, risk_score: int) -> str | None:
         """The channel of the first Slack route the proposal matches, if any."""

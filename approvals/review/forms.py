@@ -17,9 +17,10 @@ from django.utils import timezone
 from approvals.choices import RISK_BANDS, DecisionKind, ProposalStatus
 from approvals.notify.models import ReviewerPreferences
 from approvals.policy import simulation, suggestions
-from approvals.policy.rules import OVERRIDABLE, RULE_KINDS, SLACK_CHANNEL
+from approvals.policy.rules import OVERRIDABLE, RULE_KINDS
 from approvals.policy.tool_risk import CONDITIONS
 from approvals.review import overview
+from approvals.routing.document import SLACK_CHANNEL
 from executions.actions import catalog
 from executions.choices import ExecutionStatus
 
