@@ -152,25 +152,27 @@ class QueueConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=html)
 
     def render(self, badge_only: bool = False) -> str:
+        pending = Proposal.objects.pending().count()
         parts = [
             render_to_string(
-                "console/base.html#pending-badge",
-                {"pending_count": Proposal.objects.pending().count(), "oob": True},
+                "console/base.html#pending-badge", {"pending_count": pending, "oob": True}
             )
         ]
         if badge_only:
             return "".join(parts)
         if self.proposal_id is None:
-            parts.append(self._render_queue())
+            parts.extend(self._render_queue(pending))
         else:
             parts.extend(self._render_proposal())
         return "".join(parts)
 
-    def _render_queue(self) -> str:
-        return render_to_string(
-            "approvals/queue.html#queue-list",
-            {**queue_context(self.params, self.user), "oob": True},
-        )
+    def _render_queue(self, pending: int) -> list[str]:
+        """The list and the tabs' counts (each its own out-of-band swap)."""
+        context = {**queue_context(self.params, self.user), "pending_count": pending, "oob": True}
+        return [
+            render_to_string(f"approvals/queue.html#{part}", context)
+            for part in ("queue-counts", "queue-list")
+        ]
 
     def _render_proposal(self) -> list[str]:
         proposal = (

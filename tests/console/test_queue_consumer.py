@@ -73,6 +73,22 @@ async def test_a_decided_proposal_leaves_the_queue(reviewer, reviewer2, agent):
     await communicator.disconnect()
 
 
+async def test_the_tabs_counts_come_as_swaps_of_their_own_beside_the_list(reviewer, agent):
+    communicator = await connect(reviewer)
+    await communicator.connect()
+    await communicator.receive_from(timeout=5)
+    code = "import os\nprint(os.listdir('.'))"
+    await database_sync_to_async(services.submit)(
+        agent, {"action": "script.execute", "parameters": {"language": "python", "code": code}}
+    )
+    html = await receive_until(communicator, "proposal-row-")
+    # htmx swaps only top-level out-of-band elements: the counts must not sit in the list
+    counts = '<span class="count" id="mine-count" hx-swap-oob="true">1</span>'
+    assert counts in html and html.index(counts) < html.index('<div id="queue-list"')
+    assert '<span class="count" id="all-count" hx-swap-oob="true">1</span>' in html
+    await communicator.disconnect()
+
+
 async def test_the_queue_fragment_keeps_the_page_filters(reviewer, agent):
     low = await database_sync_to_async(pending_proposal)(agent, risk=2)
     high = await database_sync_to_async(pending_proposal)(agent, risk=9, required=2)

@@ -70,7 +70,6 @@ def queue_context(params, user) -> dict:
         "proposals": proposals,
         "view": view,
         "mine_count": len(mine),
-        "all_count": Proposal.objects.pending().count(),
         "filters_active": _has_filters(params),
         "truncated": len(proposals) == QUEUE_LIMIT,
     }
