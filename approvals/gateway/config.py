@@ -36,6 +36,7 @@ from django.db import transaction
 
 from approvals.gateway.models import Upstream
 from audit.services import record
+from executions.sandboxes import overlaps
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -181,13 +182,8 @@ def hidden_paths() -> list[tuple[str, str]]:
 
 def hidden_in(path: str) -> str | None:
     """What of Airlock's own ``path`` is, holds or lies in; None when it is clear of them."""
-    real = os.path.realpath(path)
     for what, hidden in hidden_paths():
-        if (
-            real == hidden
-            or hidden.startswith(real.rstrip("/") + "/")
-            or real.startswith(hidden + "/")
-        ):
+        if overlaps(path, hidden):
             return f"{what} ({hidden})"
     return None
 

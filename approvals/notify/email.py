@@ -16,7 +16,7 @@ from approvals.notify import deliveries, review_links
 from approvals.notify.base import REVIEW_KINDS, Event, Notifier
 from approvals.notify.models import Delivery, preferences_of
 from approvals.policy.rules import current_policy
-from approvals.routing.membership import is_member
+from approvals.routing.membership import in_any
 
 
 class EmailNotifier(Notifier):
@@ -105,16 +105,12 @@ def _concerned(user, proposal: Proposal, event: Event) -> bool:
     """Of a routed proposal: those who may decide it hear of its review (of an escalation,
     only those of the teams it escalates to); of a break-glass, every admin and every member
     of its teams."""
+    teams = current_policy().teams
     if event.kind == "escalated":
-        return may_decide(user, proposal) and _in_teams(user, event.teams)
+        return may_decide(user, proposal) and in_any(user, teams, event.teams)
     if event.kind != "break_glass":
         return may_decide(user, proposal)
-    return is_admin(user) or _in_teams(user, event.teams)
-
-
-def _in_teams(user, names: tuple[str, ...]) -> bool:
-    teams = current_policy().teams
-    return any(is_member(user, teams.get(t)) for t in names)
+    return is_admin(user) or in_any(user, teams, event.teams)
 
 
 def send_mail(delivery: Delivery) -> None:

@@ -11,6 +11,7 @@ from django.db import models
 
 from approvals.choices import RISK_BANDS, risk_band
 from approvals.models import Proposal
+from approvals.notify.base import REVIEW_KINDS
 
 
 class Webhook(models.Model):
@@ -201,7 +202,7 @@ class SlackMessage(models.Model):
     @property
     def reviewable(self) -> bool:
         """Whether it carries Approve and Reject while the proposal waits."""
-        return self.event in ("review_requested", "expiry_warning", "escalated")
+        return self.event in REVIEW_KINDS
 
 
 class Delivery(Attempts):

@@ -21,9 +21,16 @@ def members(team: Team):
 
 
 def is_member(user, team: Team | None) -> bool:
-    if team is None:
+    return team is not None and in_any(user, {team.name: team}, (team.name,))
+
+
+def in_any(user, teams: dict[str, Team], names) -> bool:
+    """Whether ``user`` is in one of the teams ``names`` (the provider's groups read once)."""
+    wanted = [teams[name] for name in names if name in teams]
+    if not wanted:
         return False
-    return user.get_username() in team.members or bool(provider_groups(user) & set(team.sso_groups))
+    username, groups = user.get_username(), provider_groups(user)
+    return any(username in team.members or groups & set(team.sso_groups) for team in wanted)
 
 
 def sources(team: Team) -> list[tuple[str, str, bool]]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from approvals.choices import DecisionKind
 from approvals.models import Decision, Proposal
 from approvals.routing.document import Team
-from approvals.routing.membership import is_member, members
+from approvals.routing.membership import in_any, is_member, members
 
 
 class NotARequiredReviewer(Exception):
@@ -86,9 +86,9 @@ def counts_for(proposal: Proposal, user, teams: dict[str, Team]) -> str:
         if is_member(user, teams.get(team)):
             return team
     escalated_to = state.routing["escalate_to"] if state.escalated else []
-    if state.short and any(is_member(user, teams.get(t)) for t in escalated_to):
+    if state.short and in_any(user, teams, escalated_to):
         return next(iter(state.short))  # in the silent team's place
-    if state.beyond and any(is_member(user, teams.get(t)) for t in state.deciding_teams()):
+    if state.beyond and in_any(user, teams, state.deciding_teams()):
         return ""
     raise NotARequiredReviewer(_still_needs(state, teams))
 

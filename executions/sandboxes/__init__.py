@@ -28,7 +28,7 @@ from .base import (
     SandboxUnavailable,
     UnsupportedLanguage,
 )
-from .local.servers import ConfinedServer, ServerSpec
+from .local.servers import ConfinedServer, ServerSpec, overlaps
 from .local.servers import server_command as confined_server
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "ConfinedServer",
     "ServerSpec",
     "confined_server",
+    "overlaps",
     "BACKENDS",
     "backend_class",
     "probe_all",

@@ -26,7 +26,7 @@ from approvals.notify.models import Delivery, ReviewerPreferences, SlackMessage
 from approvals.notify.slack import client, configured
 from approvals.notify.slack.messages import load, render
 from approvals.policy.rules import current_policy
-from approvals.routing.membership import is_member
+from approvals.routing.membership import in_any
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +93,7 @@ def targets(proposal: Proposal, kind: str) -> list[tuple[str, object]]:
             continue
         if kind in ("review_requested", "escalated") and not may_decide(person, proposal):
             continue
-        if kind == "escalated" and not any(
-            is_member(person, policy.teams.get(t)) for t in teams_told(kind, proposal)
-        ):
+        if kind == "escalated" and not in_any(person, policy.teams, teams_told(kind, proposal)):
             continue  # the silent team was asked already: this is for the teams it goes to
         found.append((preferences.slack_user_id, person))
     return found
