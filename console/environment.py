@@ -5,6 +5,7 @@ where it reads it); the data directory and the key an embedded install keeps
 in it are made here. Imports nothing of Airlock but ``dockergate.targets`` (its rule lists).
 """
 
+import base64
 import os
 import secrets
 import shutil
@@ -127,6 +128,18 @@ def secret_key_file(data_dir: Path) -> str:
             with os.fdopen(fd, "w") as f:
                 f.write(key)
     return path.read_text().strip()
+
+
+def derived_key(secret_key: str) -> str:
+    """A Fernet key derived from ``secret_key`` for sealing credentials alone (HKDF-SHA256):
+    kept as the secret key is, the same on every host that shares it."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    raw = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=b"airlock credentials key"
+    ).derive(secret_key.encode())
+    return base64.urlsafe_b64encode(raw).decode("ascii")
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

@@ -1,6 +1,7 @@
 from django.db import models
 
 from accounts.roles import is_agent, is_reviewer
+from infrastructure.credentials import OutputMasker, unseal
 
 from .choices import ACTIVE, TERMINAL, ExecutionStatus, Stream
 
@@ -19,7 +20,11 @@ class Execution(models.Model):
     """The one run of an approved proposal, and its result contract."""
 
     action = models.CharField(max_length=100)
-    parameters = models.JSONField(default=dict)
+    parameters = models.JSONField(default=dict)  # as shown: credentials masked
+    # What runs, when ``parameters`` had a credential masked: {"parameters", "known"}, sealed.
+    sealed = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: nothing sealed
+    # The policy's secret_patterns when it was approved: its output is masked by them too.
+    secret_patterns = models.JSONField(null=True, blank=True)
     status = models.CharField(
         max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.QUEUED
     )
@@ -99,6 +104,18 @@ class Execution(models.Model):
         if self.status == ExecutionStatus.QUEUED and self.queue.startswith("host."):
             return self.queue.removeprefix("host.")
         return None
+
+    def to_run(self) -> tuple[dict, list[str]]:
+        """The parameters as the agent sent them, and the credential values its output must
+        never show (unsealed: only a run, or the gateway carrying a call out, asks)."""
+        if not self.sealed:
+            return dict(self.parameters), []
+        originals = unseal(self.sealed)
+        return originals["parameters"], originals.get("known", [])
+
+    def output_masker(self, known: list[str]) -> OutputMasker:
+        """What masks this run's output as it is written: its known values, the patterns."""
+        return OutputMasker(known, tuple(self.secret_patterns or ()))
 
     def output_text(self, stream: str) -> str:
         return "".join(

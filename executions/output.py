@@ -20,6 +20,7 @@ from django.db import (
 )
 from django.db.models import F
 
+from infrastructure.credentials import OutputMasker
 from infrastructure.per_process import PerProcess
 
 from .broadcast import broadcast_on_commit, execution_group
@@ -146,9 +147,18 @@ class ExecutionRecorder(OutputSink):
     one per ``FLUSH_INTERVAL_SECONDS``, sooner once ``FLUSH_BYTES`` wait.
     """
 
-    def __init__(self, execution_id: int, cap_bytes: int, start_seq: int = 0):
+    def __init__(
+        self,
+        execution_id: int,
+        cap_bytes: int,
+        start_seq: int = 0,
+        masker: Callable[[], OutputMasker] | None = None,
+    ):
         super().__init__(cap_bytes)
         self.execution_id = execution_id
+        # Credentials masked before anything is kept or told: one masker per stream.
+        self._new_masker = masker or OutputMasker
+        self._maskers: dict[str, OutputMasker] = {}
         self.seq = start_seq
         self.stored_bytes = 0  # of the chunks the flusher has committed
         self._pending: list[list[str]] = []  # [stream, text] pairs, merged when adjacent
@@ -159,6 +169,14 @@ class ExecutionRecorder(OutputSink):
         flush_threads().start(self._run)
 
     def emit(self, stream: str, text: str) -> None:
+        masker = self._maskers.get(stream)
+        if masker is None:
+            masker = self._maskers[stream] = self._new_masker()
+        text = masker.feed(text)  # on the stream's own reader thread
+        if text:
+            self._pend(stream, text)
+
+    def _pend(self, stream: str, text: str) -> None:
         with self._wake:
             last = self._pending[-1] if self._pending else None
             if last and last[0] == stream and len(last[1]) + len(text) <= MAX_CHUNK_CHARS:
@@ -177,6 +195,9 @@ class ExecutionRecorder(OutputSink):
         one commit instead of two, and the output is still told first.
         """
         self.close()
+        for stream, masker in self._maskers.items():
+            if rest := masker.flush():
+                self._pend(stream, rest)
         with self._wake:
             self._stopping = True
             self._wake.notify()

@@ -22,6 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import record
+from infrastructure.credentials import mask_text
 from infrastructure.enqueue import enqueue as enqueue_task
 from infrastructure.prepared import PreparedInsert, PreparedUpdate
 
@@ -32,6 +33,7 @@ from .broadcast import PROPOSALS_GROUP, broadcast_on_commit, execution_group
 from .choices import TERMINAL, TRANSITIONS, ExecutionStatus
 from .models import Execution, OutputChunk
 from .output import DATABASE_AWAY, ExecutionRecorder, until_committed
+from .placement import elsewhere, limits_for, queue_for
 from .sandboxes.base import Limits, RunOutcome
 from .signals import execution_ended
 
@@ -54,37 +56,14 @@ def command_hash(action: str, parameters: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def queue_for(action: str, parameters: dict | None = None) -> str:
-    spec = get_action(action)
-    if spec is not None and spec.route is not None:
-        routed = spec.route(parameters or {})
-        if routed:
-            return routed
-    if spec is not None and spec.host_bound:
-        return host_queue((parameters or {}).get("host"))
-    return settings.CELERY_TASK_DEFAULT_QUEUE
-
-
-def host_queue(hostname: str | None = None) -> str:
-    """The queue only the workers of one host consume."""
-    return f"host.{hostname or settings.WORKER_HOSTNAME}"
-
-
-def elsewhere(execution: Execution, worker_host: str) -> str | None:
-    """The host a host action is for, when that is not ``worker_host``: it must not run here."""
-    spec = get_action(execution.action)
-    host = execution.parameters.get("host")
-    if spec is not None and spec.host_bound and host and host != worker_host:
-        return host
-    return None
-
-
 def create_execution(
     *,
     action: str,
     parameters: dict,
     requested_by: str,
     capabilities_used: list[str],
+    sealed: str | None = None,
+    secret_patterns: tuple[str, ...] = (),
 ) -> Execution:
     """The queued execution of an approval, inside the approval's transaction; ``queued``
     records and enqueues it once the approval that it carries out is recorded.
@@ -96,7 +75,9 @@ def create_execution(
     """
     row = {
         "action": action,
-        "parameters": parameters,
+        "parameters": parameters,  # as shown; what runs is ``sealed``, if anything was masked
+        "sealed": sealed,
+        "secret_patterns": list(secret_patterns) or None,
         "requested_by": requested_by,
         "command_hash": command_hash(action, parameters),
         "capabilities_used": capabilities_used,
@@ -189,6 +170,8 @@ def report(
     if execution.backend != carrier and execution.status == ExecutionStatus.RUNNING:
         raise _carried_by_another(execution)
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    _, known = execution.to_run()
+    text = mask_text(text, known, tuple(execution.secret_patterns or ()))[0]
     data = text.encode()
     truncated = len(data) > settings.OUTPUT_CAP_BYTES
     if truncated:  # cut at the cap, never inside a character
@@ -248,14 +231,6 @@ def _carried_by_another(execution: Execution) -> ReportRefused:
     return _conflict(
         f"execution {execution.pk} is being carried out by the {execution.backend}, "
         "which reports it",
-    )
-
-
-def limits_for(action: str, parameters: dict) -> Limits:
-    return Limits(
-        timeout_seconds=float(parameters.get("timeout_seconds", 30)),
-        memory_mb=int(parameters.get("memory_mb", settings.SCRIPT_MEMORY_MB)),
-        network=bool(parameters.get("network", False)),
     )
 
 
@@ -430,7 +405,10 @@ def run(execution_id: int) -> Execution | None:
         return None
     spec = get_action(execution.action)
     cancel = threading.Event()
-    recorder = ExecutionRecorder(execution.pk, settings.OUTPUT_CAP_BYTES)
+    parameters, known = execution.to_run()
+    recorder = ExecutionRecorder(
+        execution.pk, settings.OUTPUT_CAP_BYTES, masker=lambda: execution.output_masker(known)
+    )
     _heartbeats.watch(execution.pk, cancel)
     started = time.monotonic()
     try:
@@ -443,7 +421,7 @@ def run(execution_id: int) -> Execution | None:
                 limits=Limits(**_limit_fields(execution.limits)),
                 execution_id=execution.pk,
             )
-            outcome = spec.runner(dict(execution.parameters), context)
+            outcome = spec.runner(parameters, context)
     except Exception as exc:  # a runner bug must still end the execution
         log.exception("execution %s crashed", execution.pk)
         outcome = failed("none", f"internal error: {exc}", recorder, started)

@@ -16,6 +16,11 @@ the scheduled ones; ``manage.py backup`` and ``restore``) and the archive
 that retention fills (``archive/``: checked day files in a directory or an
 S3-compatible bucket).
 
+Also owns credentials in text (``credentials/``): found with detect-secrets' plugins
+and an admin's patterns, masked in a text, in a JSON-able object and in output as it
+streams (a secret split between two chunks too), and originals sealed at rest with
+Fernet under ``CREDENTIALS_KEY``, a key the database does not hold.
+
 Knows nothing of proposals, executions or people: it may import Django and
 third-party libraries only, never another Airlock package. (The hosts and
 containers that agents act on are not this; they are ``executions.actions``.)

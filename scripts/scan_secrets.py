@@ -30,7 +30,11 @@ from detect_secrets.settings import transient_settings
 
 BASELINE = ".secrets.baseline"
 # What a data dir holds that must never be committed (see .gitignore).
-DATA_DIR_NAMES = ("secret_key", "audit-checkpoints.jsonl", "celerybeat-schedule")
+DATA_DIR_NAMES = (
+    "secret_key",
+    "audit-checkpoints.jsonl",
+    "celerybeat-schedule",
+)
 DATA_DIR_SUFFIXES = (".sqlite3",)
 
 

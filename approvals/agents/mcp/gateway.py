@@ -10,15 +10,20 @@ own tools are (progress notifications included); once approved, the
 execution is taken for the gateway (``executions.services.carry_out``: at
 most once, whoever asks again) and the approved arguments go upstream. The
 upstream's answer comes back unchanged and is kept as the execution's output;
-Airlock's own answers (denied, rejected, still pending, upstream down) are
-tool errors whose ``_meta["airlock"]`` holds the proposal's id and status.
-A call repeated with the same ``idempotency_key`` after its approval answers
+Airlock's own answers (denied, rejected, withdrawn, upstream down) are tool
+errors whose ``_meta["airlock"]`` holds the proposal's id and status. A call
+whose ``wait_seconds`` run out before a decision withdraws its proposal: the
+upstream would be called only for a caller that waits, so a reviewer must not
+approve a call nobody waits for (a decision that lands meanwhile stands). A
+call repeated with the same ``idempotency_key`` after its approval answers
 what the upstream answered the first time, or makes the call if nobody has.
+A proposal refused for now (429, 423) is a tool error that says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -34,6 +39,8 @@ from approvals.agents.mcp.db import on_thread
 from approvals.agents.mcp.schema import object_schema
 from approvals.agents.mcp.tools import EnvelopeArguments
 from approvals.choices import ProposalStatus
+from approvals.core import withdrawal
+from approvals.core.services import ProposalError
 from approvals.gateway import connections
 from approvals.gateway.connections import UpstreamDown, split
 from executions import services as executions
@@ -46,9 +53,8 @@ log = logging.getLogger(__name__)
 CARRIER = "gateway"  # the execution's backend once the gateway carries it out
 ENVELOPE = ("reason", "urgency", "idempotency_key", "wait_seconds")
 AGAIN = (
-    "Call this tool again with the same arguments and idempotency_key to wait again: the "
-    "upstream is called once the call is approved, and only once. (Without an "
-    "idempotency_key, calling again proposes anew.)"
+    "The upstream was not called. To propose the call anew, call this tool again with a "
+    "longer wait_seconds (and a new idempotency_key, if you gave one)."
 )
 
 
@@ -118,7 +124,8 @@ def with_envelope(schema: dict[str, Any]) -> dict[str, Any]:
         properties["wait_seconds"] = {
             **envelope["wait_seconds"],
             "description": "Seconds this call may wait for the decision. When they run out, "
-            "the call is a tool error with the proposal's status. " + AGAIN,
+            "the proposal is withdrawn (nobody waits for it any more) and the call is a tool "
+            "error that says so: call again with a longer wait to propose it anew.",
         }
     return {**schema, "type": "object", "properties": properties}
 
@@ -127,7 +134,9 @@ async def call(call: Call, name: str, arguments: dict) -> types.CallToolResult:
     """Propose the call of upstream tool ``name``; call it once approved; answer as it did."""
     try:
         return await _call(call, name, arguments)
-    except (calls.ToolError, UpstreamDown) as exc:
+    except calls.ToolError as exc:
+        return exc.answer()
+    except UpstreamDown as exc:
         return results.tool_error(exc.message)
 
 
@@ -158,16 +167,18 @@ async def _call(call: Call, name: str, arguments: dict) -> types.CallToolResult:
     proposal, execution = await _propose(call.principal, payload, server)
     if proposal["status"] == ProposalStatus.PENDING:
         proposal = await calls._await_decision(call, proposal, deadline)
+        if proposal["status"] == ProposalStatus.PENDING:
+            proposal = await _stop_waiting(call.principal, proposal["id"], wait)
         if proposal["status"] == ProposalStatus.APPROVED:
             execution = await _take(proposal["execution_id"], server)
-    if proposal["status"] == ProposalStatus.PENDING:
-        return _airlock_answer(results.still_waiting_text(proposal, None, wait, AGAIN), proposal)
+    if proposal["status"] == ProposalStatus.WITHDRAWN:
+        return _airlock_answer(f"{results.refusal_text(proposal)} {AGAIN}", proposal)
     if proposal["status"] != ProposalStatus.APPROVED:
         return _airlock_answer(results.refusal_text(proposal), proposal)
     if execution is None:
         return await _answered_before(proposal)
     await call.progress.say(results.approved_line(proposal, f"calls {server}.{tool} upstream"))
-    approved = execution.parameters["arguments"]  # what was approved, whatever this call said
+    approved = execution.to_run()[0]["arguments"]  # what was approved, as sent (unsealed)
     try:
         result = await connection.call(tool, approved)
     except UpstreamDown as exc:
@@ -196,6 +207,16 @@ def _airlock_answer(text: str, proposal: dict) -> types.CallToolResult:
     """Airlock's answer on an upstream's tool: an error (the tool did not run), ids in ``_meta``."""
     meta = {"airlock": {"proposal_id": proposal["id"], "status": proposal["status"]}}
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True, _meta=meta)
+
+
+@on_thread
+def _stop_waiting(principal: Principal, pk: int, waited: float) -> dict:
+    """Withdraw the proposal nobody waits for any more; as it then is (withdrawn, or
+    decided meanwhile: a decision that landed first stands, and an approval is carried out)."""
+    reason = f"the gateway stopped waiting after {waited:g} s"
+    with contextlib.suppress(ProposalError):  # decided between the last read and now
+        withdrawal.withdraw(principal.agent, pk, reason)
+    return dict(proposal_data(principal.user, pk))
 
 
 def _taken(execution_id: int, server: str) -> Execution | None:
