@@ -13,6 +13,8 @@ contract CI checks):
   retries.
 - ``core/`` — proposals and decisions: submit, decide, quorum, expiry, the
   outbox the core writes events to, agents and their tokens.
+- ``guard/`` — one agent's share: whether it may propose now (paused,
+  ``max_pending``, its proposals-per-minute bucket), its rejections in a row.
 - ``policy/`` — the rules and how they change: the cascade, policy as code,
   simulation, suggestions, pre-validators, and ``risk/``.
 - ``models.py``, ``choices.py`` — the rows every layer reads (agents,

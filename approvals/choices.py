@@ -7,6 +7,7 @@ class ProposalStatus(models.TextChoices):
     DENIED = "denied"  # by policy: deny list, missing capability
     REJECTED = "rejected"  # by a reviewer
     EXPIRED = "expired"  # nobody decided before the review timeout; counts as a rejection
+    WITHDRAWN = "withdrawn"  # the proposing agent took it back before a decision
 
 
 ACTIVE = frozenset({ProposalStatus.PENDING})
@@ -16,11 +17,17 @@ TERMINAL = frozenset(
         ProposalStatus.DENIED,
         ProposalStatus.REJECTED,
         ProposalStatus.EXPIRED,
+        ProposalStatus.WITHDRAWN,
     }
 )
 TRANSITIONS = {
     ProposalStatus.PENDING: frozenset(
-        {ProposalStatus.APPROVED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED}
+        {
+            ProposalStatus.APPROVED,
+            ProposalStatus.REJECTED,
+            ProposalStatus.EXPIRED,
+            ProposalStatus.WITHDRAWN,
+        }
     ),
 }
 

@@ -40,6 +40,19 @@ class Agent(models.Model):
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # Paused (approvals.guard): its proposals are refused until an admin resumes it.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=200, blank=True)  # an audit label, or "policy"
+    pause_reason = models.CharField(max_length=500, blank=True)
+    resumed_at = models.DateTimeField(null=True, blank=True)  # rejections before it are forgiven
+    # Its proposals-per-minute bucket: tokens left at ``bucket_at``.
+    bucket_tokens = models.FloatField(null=True, blank=True)
+    bucket_at = models.DateTimeField(null=True, blank=True)
+    refused_at = models.DateTimeField(null=True, blank=True)  # the last burst's first refusal
+    # Proposals refused by its limits, by reason (the metrics read them).
+    refused_pending = models.PositiveBigIntegerField(default=0)
+    refused_rate = models.PositiveBigIntegerField(default=0)
+    refused_paused = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["name"]
@@ -133,6 +146,11 @@ class Proposal(models.Model):
     # An admin decided it outside its route ("break glass"): shown in red until reviewed.
     break_glass_at = models.DateTimeField(null=True, blank=True)
     break_glass_reviewed_at = models.DateTimeField(null=True, blank=True)
+    # Its parameters and reason as sent, sealed, when they held a credential (what
+    # ``parameters`` and ``reason`` show is masked: approvals.core.credentials).
+    sealed = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: nothing sealed
+    # The agent's, when withdrawn. NULL otherwise: a column SQLite adds without a rebuild.
+    withdraw_reason = models.CharField(max_length=500, null=True, blank=True)  # noqa: DJ001
     break_glass_reviewed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -163,6 +181,12 @@ class Proposal(models.Model):
                 name="proposal_outcomes",
             ),
             models.Index(fields=["status", "created_at"], name="proposal_waiting"),
+            # An agent's pending proposals (its max_pending): pending rows only.
+            models.Index(
+                fields=["agent"],
+                condition=models.Q(status="pending"),
+                name="proposal_agent_pending",
+            ),
         ]
 
     def __str__(self) -> str:

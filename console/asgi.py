@@ -1,4 +1,5 @@
-"""ASGI entry point: ``/mcp`` first, then HTTP through Django, websockets through Channels."""
+"""ASGI entry point: ``/mcp`` first, then HTTP through Django (behind the door that turns a
+flood away: ``approvals.agents.door``), websockets through Channels."""
 
 import gc
 import os
@@ -11,6 +12,7 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from approvals.agents.door import at_the_door  # noqa: E402
 from approvals.agents.mcp.http import with_mcp  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 from console.ws_auth import BrowserOriginCheck, TokenOrSessionAuthMiddleware  # noqa: E402
@@ -18,7 +20,7 @@ from console.ws_auth import BrowserOriginCheck, TokenOrSessionAuthMiddleware  # 
 application = with_mcp(
     ProtocolTypeRouter(
         {
-            "http": django_asgi_app,
+            "http": at_the_door(django_asgi_app),
             "websocket": BrowserOriginCheck(
                 TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns))
             ),

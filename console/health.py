@@ -11,10 +11,10 @@ from django.db.models import Count, Min
 from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
 from approvals.choices import ProposalStatus
-from approvals.models import Proposal
+from approvals.models import Agent, Proposal
 from audit.shipping.ship import lags
 from executions.choices import ExecutionStatus
 from executions.models import Execution
@@ -90,10 +90,34 @@ class DatabaseCollector:
             waited.add_metric([lag.name], lag.seconds)
         yield behind
         yield waited
+        yield from agent_metrics()
         sandbox = sandbox_status()
         yield GaugeMetricFamily(
             "airlock_sandbox_ok", "Whether the sandbox in force works", value=int(sandbox["ok"])
         )
+
+
+def agent_metrics():
+    """Proposals refused by each agent's limits (approvals.guard), and the agents paused."""
+    refused = CounterMetricFamily(
+        "airlock_proposals_refused",
+        "Proposals refused by an agent's limits or pause, by agent and reason",
+        labels=["agent", "reason"],
+    )
+    paused = 0
+    for agent in Agent.objects.order_by("name").only(
+        "name", "paused_at", "refused_paused", "refused_pending", "refused_rate"
+    ):
+        paused += agent.paused_at is not None
+        for reason, count in (
+            ("agent_paused", agent.refused_paused),
+            ("too_many_pending", agent.refused_pending),
+            ("rate_limited", agent.refused_rate),
+        ):
+            if count:
+                refused.add_metric([agent.name, reason], count)
+    yield refused
+    yield GaugeMetricFamily("airlock_agents_paused", "Agents paused", value=paused)
 
 
 _registry = CollectorRegistry()

@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from console.environment import (
     data_dir,
+    derived_key,
     env,
     env_bool,
     env_choice,
@@ -50,6 +51,9 @@ if not SECRET_KEY:
     raise ImproperlyConfigured(
         "SECRET_KEY must be set with DATABASE_URL: every host of a deployment signs with it"
     )
+#: `AIRLOCK_CREDENTIALS_KEY` | derived from `SECRET_KEY` | Fernet key(s) sealing the originals of
+#:   credentials masked in proposals (comma-separated: the first seals, each opens)
+CREDENTIALS_KEY = env("AIRLOCK_CREDENTIALS_KEY") or derived_key(SECRET_KEY)
 #: `SITE_URL` | the address `serve` listens on (`http://localhost:8000` elsewhere) | the address
 #:   people reach the console at: links in notifications, and what the hosts, origins and cookies
 #:   below follow; `https://…` turns on secure cookies, HSTS and the redirect to HTTPS
@@ -546,6 +550,10 @@ SPECTACULAR_SETTINGS = {
         "ProposalStatusEnum": "approvals.choices.ProposalStatus",
         "ExecutionStatusEnum": "executions.choices.ExecutionStatus",
         "SandboxStatusEnum": "executions.models.SandboxSession.Status",
+    },
+    # <id:pk> (infrastructure.converters): the ids a 64-bit key holds; past them, a 404.
+    "PATH_CONVERTER_OVERRIDES": {
+        "id": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 2**63 - 1},
     },
 }
 

@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 import websockets  # noqa: E402
 
-from scripts.benchmarking import percentile  # noqa: E402
+from scripts.benchmarking import lift_agent_limits, percentile  # noqa: E402
 from tests.serving import Server, reviewer_token, start_server, user_token  # noqa: E402
 
 # Scores above the auto-approve threshold: the proposal waits for a person.
@@ -172,6 +172,7 @@ def measure(web_processes: int, clients: int, seconds: float, consoles: int) -> 
     with tempfile.TemporaryDirectory(prefix="airlock-bench-") as data_dir:
         server = start_server(Path(data_dir), serve_args=["--web-processes", str(web_processes)])
         try:
+            lift_agent_limits(data_dir)
             status, proposal = server.api("POST", "/api/v1/proposals", create)
             assert status == 201 and proposal["status"] == "pending", proposal
             kinds = {
@@ -210,7 +211,8 @@ SEED_ROWS = """
 AGENTS = "SELECT id FROM approvals_agent ORDER BY id"
 SECOND_AGENT = (
     "INSERT INTO approvals_agent (name, token_hash, token_hint, capabilities, is_active, "
-    "created_at) VALUES ('bench-bot', 'x', 'x', '[]', true, '2026-01-01 00:00:00+00')"
+    "created_at, paused_by, pause_reason, refused_paused, refused_pending, refused_rate) "
+    "VALUES ('bench-bot', 'x', 'x', '[]', true, '2026-01-01 00:00:00+00', '', '', 0, 0, 0)"
 )
 
 
@@ -306,6 +308,7 @@ def deployment(count: int, scale: dict | None, index: bool = True):
         server = start_server(Path(data_dir), extra_env=scale)
         table = PostgresTable(scale["DATABASE_URL"]) if scale else SQLiteTable(Path(data_dir))
         try:
+            lift_agent_limits(data_dir, scale)
             started = time.perf_counter()
             table.seed(count)
             if not index:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from tests.serving import lift_agent_limits  # noqa: F401 - the benchmarks use it from here
+
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)

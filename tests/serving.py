@@ -1,7 +1,8 @@
 """Run the embedded deployment (``manage.py serve --demo``) on a free port, for a browser.
 
 Shared by the deployment and browser tests, ``scripts/screenshots.py`` and
-``scripts/benchmark_execution.py``.
+``scripts/benchmark_execution.py``. The servers started in a test process are read for
+server errors after every test (``unread_server_errors``, by ``tests/server_errors.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +33,13 @@ USER_PYTHON = os.environ.get("AIRLOCK_USER_PYTHON") or next(
 DEMO_PASSWORD = "airlock-demo"
 # What would point the server at another deployment's database, broker or key.
 FOREIGN_ENV = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SQLITE_PATH", "SECRET_KEY")
+# A line of serve.log that says a request failed: a 5xx Django logged (its format is
+# "time LEVEL logger message"; 4xx are WARNING), an MCP tool that failed inside Airlock,
+# an exception that escaped the ASGI application.
+SERVER_ERROR = re.compile(
+    rb" ERROR (?:django\.request|django\.server|approvals\.agents\.mcp\.server) "
+    rb"|Exception in ASGI application"
+)
 
 
 def free_port() -> int:
@@ -47,6 +55,7 @@ class Server:
     process: subprocess.Popen
     log: Path
     tls: ssl.SSLContext | None = None  # trusts the server's certificate when it serves HTTPS
+    read: int = field(default=0, repr=False)  # how far server_errors() has read the log
 
     def api(self, method: str, path: str, body: dict | None = None, token: str | None = None):
         """(status, JSON body) of an API call made as the demo agent (or ``token``)."""
@@ -79,6 +88,19 @@ class Server:
         )
         assert status == 201, body
         return body
+
+    def server_errors(self) -> list[str]:
+        """The lines logged since the last call that say a request failed (``SERVER_ERROR``)."""
+        try:
+            with open(self.log, "rb") as log:
+                log.seek(self.read)
+                text = log.read()
+        except FileNotFoundError:
+            return []
+        whole = text.rfind(b"\n") + 1  # a line still being written is read the next time
+        self.read += whole
+        lines = text[:whole].splitlines()
+        return [line.decode(errors="replace") for line in lines if SERVER_ERROR.search(line)]
 
     def children(self) -> list[int]:
         """The pids of serve's children (the web processes, the Celery worker and beat)."""
@@ -173,7 +195,25 @@ def start_server(
     if not match:
         process.terminate()
         raise RuntimeError(f"no demo token printed:\n{log_path.read_text()[-3000:]}")
-    return Server(base=base, token=match.group(1), process=process, log=log_path, tls=context)
+    # Reading starts here: a 503 from /healthz while it started is the waiting above.
+    server = Server(base=base, token=match.group(1), process=process, log=log_path, tls=context)
+    server.read = log_path.stat().st_size
+    _started.append(server)
+    return server
+
+
+_started: list[Server] = []
+
+
+def unread_server_errors() -> list[str]:
+    """What the servers started in this process logged as server errors since the last
+    call; a server that has stopped is read a last time and forgotten."""
+    found = []
+    for server in list(_started):
+        found += server.server_errors()
+        if server.process.poll() is not None:
+            _started.remove(server)
+    return found
 
 
 def manage(data_dir, *args: str, env: dict[str, str] | None = None) -> str:
@@ -228,3 +268,22 @@ def decide_when_pending(server, tool: str, kind: str, comment: str = "") -> thre
     thread = threading.Thread(target=decide)
     thread.start()
     return thread
+
+
+def lift_agent_limits(data_dir, env: dict | None = None) -> None:
+    """Put a policy in force on the deployment in ``data_dir`` whose agents may propose as
+    fast and as much as a benchmark asks (``max_pending``, ``max_proposals_per_minute``):
+    a benchmark or a suite that writes hard measures the path, not the limits that protect
+    reviewers from a flood."""
+    import tempfile
+
+    import yaml
+
+    policy = yaml.safe_load(manage(data_dir, "policy", "export", env=env))
+    policy.update(max_pending=100_000, max_proposals_per_minute=100_000)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as handle:
+        yaml.safe_dump(policy, handle)
+        handle.flush()
+        manage(
+            data_dir, "policy", "apply", handle.name, "--comment", "benchmark: no limits", env=env
+        )

@@ -22,9 +22,11 @@ from approvals.agents import listing
 from approvals.agents.serializers import (
     DecisionRequestSerializer,
     ProposalSerializer,
+    WithdrawSerializer,
 )
 from approvals.choices import CHANGE, UNTIL, ProposalStatus
-from approvals.core import services
+from approvals.core import services, withdrawal
+from approvals.guard.admission import Refused
 from approvals.models import Decision, Proposal
 from approvals.policy.rules import current_policy
 from approvals.routing.reviews import Roster, required_reviews
@@ -35,7 +37,7 @@ from executions.api import execution_data
 from executions.models import SandboxSession
 from executions.sandboxes.status import sandbox_status
 from infrastructure.prepared import Prepared
-from infrastructure.rest.errors import ApiError, error_responses, get_or_404
+from infrastructure.rest.errors import ApiError, error_body, error_responses, get_or_404
 
 WAIT_POLL_SECONDS = 0.05
 STATUS_FOR = {
@@ -55,7 +57,7 @@ PROPOSAL_FIELDS = [
     "id", "status", "agent_id", "action", "parameters", "summary", "reason", "urgency",
     "idempotency_key", "risk_score", "risk_reasons", "decision_path", "policy_version",
     "required_approvals", "approvals_count", "execution_id", "created_at", "expires_at",
-    "decided_at", "routing", "escalated_at",
+    "decided_at", "routing", "escalated_at", "withdraw_reason",
 ]  # fmt: skip
 _proposal_row = Prepared(
     lambda pk: Proposal.objects.filter(pk=pk).values(
@@ -129,6 +131,17 @@ def _raise(exc: services.ProposalError):
     raise ApiError(STATUS_FOR.get(exc.kind, 400), exc.kind, exc.message, **extra) from None
 
 
+def refused(refusal: Refused) -> Response:
+    """429 too_many_pending / rate_limited with Retry-After, 423 agent_paused; not logged
+    one by one (a flood would fill the log): they are counted, the first of a burst audited."""
+    headers = {"Retry-After": str(refusal.retry_after)} if refusal.retry_after else None
+    response = Response(
+        error_body(refusal.kind, refusal.message), status=refusal.status, headers=headers
+    )
+    response._has_been_logged = True  # Django's log of each 4xx
+    return response
+
+
 def submitted(request, submission: services.Submission) -> Response:
     """201 with a new proposal as it stands (no second read), 200 with a replayed one."""
     proposal = submission.proposal
@@ -183,7 +196,15 @@ class Proposals(APIView):
     @extend_schema(
         request=services.EnvelopeSerializer,
         parameters=WAIT_PARAMETERS,
-        responses={201: ProposalSerializer, 200: ProposalSerializer},
+        responses={
+            201: ProposalSerializer,
+            200: ProposalSerializer,
+            **error_responses(
+                e423="agent_paused: an admin paused this agent (or its rejections in a row did)",
+                e429="too_many_pending: the agent's max_pending proposals wait for review; "
+                "rate_limited: past its max_proposals_per_minute. Both carry Retry-After.",
+            ),
+        },
         summary="Propose an action",
         description="The same idempotency key returns the original proposal (200). With "
         "`?wait=N&until=finished` the call answers once the proposal has run (or was "
@@ -197,6 +218,8 @@ class Proposals(APIView):
             submission = services.submit(request.user.agent, request.data)
         except services.ProposalError as exc:
             _raise(exc)
+        except Refused as refusal:
+            return refused(refusal)
         return submitted(request, submission)
 
 
@@ -284,6 +307,36 @@ class _DecisionView(APIView):
             if exc.url and comment:  # the console's page shows it, ready to confirm
                 joiner = "&" if "?" in exc.url else "?"
                 exc.url = f"{exc.url}{joiner}{urlencode({'comment': comment})}"
+            _raise(exc)
+        return Response(proposal_data(request.user, pk))
+
+
+class ProposalWithdraw(APIView):
+    @extend_schema(
+        request=WithdrawSerializer,
+        responses={
+            200: ProposalSerializer,
+            **error_responses(
+                e400="validation_error: the reason",
+                e403="permission_denied: not an agent's token",
+                e404="not_found: no such proposal of this agent",
+                e409="conflict: already decided (or withdrawn)",
+            ),
+        },
+        summary="Withdraw a pending proposal (the agent that made it)",
+        description="The proposal becomes `withdrawn`, a final state: nothing will run, "
+        "reviewers see it go. Only the proposing agent may; to anyone else it does not exist.",
+    )
+    def post(self, request, pk: int):
+        if not is_agent(request.user):
+            raise ApiError(
+                404, "not_found", f"proposal {pk} does not exist or is not visible to you"
+            )
+        body = WithdrawSerializer(data=_object(request))
+        body.is_valid(raise_exception=True)
+        try:
+            withdrawal.withdraw(request.user.agent, pk, body.validated_data["reason"])
+        except services.ProposalError as exc:
             _raise(exc)
         return Response(proposal_data(request.user, pk))
 

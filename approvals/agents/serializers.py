@@ -74,6 +74,11 @@ class ProposalSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
+    withdraw_reason = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="the agent's reason, when it withdrew the proposal",
+    )
     escalated_at = serializers.DateTimeField(
         allow_null=True,
         required=False,
@@ -98,6 +103,10 @@ class ProposalSerializer(serializers.Serializer):
 
 class CommentSerializer(serializers.Serializer):
     comment = serializers.CharField(max_length=4000, allow_blank=True, default="")
+
+
+class WithdrawSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, allow_blank=True, default="")
 
 
 class DecisionRequestSerializer(CommentSerializer):

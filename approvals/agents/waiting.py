@@ -52,7 +52,12 @@ log = logging.getLogger(__name__)
 SAFETY_SECONDS = 1.0  # a read even without a message: broadcasts are at-most-once
 RECEIVE_RETRY_SECONDS = 1.0  # after the channel layer failed a receive
 LINGER_SECONDS = 30.0  # how long the watcher stays up, subscribed, with nobody waiting
-ENDED = (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED)
+ENDED = (
+    ProposalStatus.DENIED,
+    ProposalStatus.REJECTED,
+    ProposalStatus.EXPIRED,
+    ProposalStatus.WITHDRAWN,
+)
 
 Fingerprint = tuple  # (status, approvals, execution id, execution status)
 _FINGERPRINT = ("status", "approvals", "execution_id", "execution_status")  # message fields

@@ -2,10 +2,11 @@
 
 Owns the workflows that span rows (``services``: submit → assess → decide →
 queue; a reviewer's decision, the quorum, the self-approval ban; expiry and
-its warning), the outbox each change writes its events to (``outbox``),
+its warning; ``withdrawal``: an agent takes a pending proposal back;
+``pausing``: agents paused and resumed), the outbox each change writes its events to (``outbox``),
 agents and their tokens (``tokens``) and the periodic expiry (``tasks``).
 
-May import ``approvals.policy`` (the cascade, the risk score), the app's
+May import ``approvals.guard`` (admission), ``approvals.policy`` (the cascade, the risk score), the app's
 models, ``executions.services`` (to start a run), ``accounts``, ``audit`` and
 ``infrastructure``. It never imports the interfaces or the notification
 channels: they call it, and they read what it writes.

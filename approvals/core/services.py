@@ -18,7 +18,9 @@ from accounts import stepup
 from accounts.roles import is_admin, is_reviewer
 from accounts.stepup import Authentication
 from approvals.choices import DecisionKind, ProposalStatus, Urgency
+from approvals.core import credentials, pausing
 from approvals.core.outbox import notify
+from approvals.guard import admission
 from approvals.models import Agent, Decision, Proposal
 from approvals.policy.prevalidators import prevalidate
 from approvals.policy.risk import assess
@@ -85,6 +87,12 @@ def submit(agent: Agent, payload: object) -> Submission:
         existing = _idempotent_match(agent, key, data)
         if existing is not None:
             return Submission(existing, created=False)
+    policy, now = current_policy().for_agent(agent.name), timezone.now()
+    try:
+        admission.check(agent, policy, now, spend=False)  # a flood is turned away cheaply
+    except admission.Refused as refusal:
+        admission.refused(agent, refusal, now)
+        raise
     spec = get_action(data["action"])
     if spec is None:
         raise ProposalError(
@@ -94,7 +102,10 @@ def submit(agent: Agent, payload: object) -> Submission:
     if spec.authorize is not None:
         spec.authorize(parameters, actor_label(agent))
     try:
-        proposal = _decide_new(agent, spec, parameters, data)
+        proposal = _decide_new(agent, spec, parameters, data, policy, now)
+    except admission.Refused as refusal:
+        admission.refused(agent, refusal, now)
+        raise
     except IntegrityError:
         existing = _idempotent_match(agent, key, data) if key else None
         if existing is None:
@@ -126,11 +137,12 @@ def _idempotent_match(agent: Agent, key: str, data: dict) -> Proposal | None:
     return existing
 
 
-def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
-    policy = current_policy().for_agent(agent.name)
+def _decide_new(agent: Agent, spec, parameters: dict, data: dict, policy: Policy, now) -> Proposal:
     wants_network = bool(parameters.get("network"))
     if spec.sandboxed and wants_network and policy.script_network:
         _refuse_network_the_sandbox_lacks()
+    # What is stored and shown, and what a pre-validator (a service elsewhere) is sent.
+    shown = credentials.masked(parameters, data["reason"], policy.secret_patterns)
     base, found = spec.base_risk, []
     if "tool" in spec.targets:
         base, found = tool_risk(policy.tool_risk, parameters, spec.base_risk)
@@ -144,15 +156,16 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
         wants_network=wants_network,
         weak_sandbox=status.weak_isolation() if spec.sandboxed else None,
         prevalidate=lambda: prevalidate(
-            spec.name, parameters, assessment, read_only=spec.read_only
+            spec.name, shown.parameters, assessment, read_only=spec.read_only
         ),
     )
     score, reasons = assessment.score, list(assessment.reasons)
+    if credential := shown.risk_reason():
+        reasons.append(credential)
     verdict = outcome.extra.get("prevalidator")
     if verdict and verdict["ok"] and verdict["score"] > score:
         score = verdict["score"]
         reasons.append(f"pre-validator: {verdict['reason']}")
-    now = timezone.now()
     actor = actor_label(agent)
     approved = outcome.status == ProposalStatus.APPROVED
     decision_path = outcome.decision_path(policy.version)
@@ -168,15 +181,16 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
     row = _insert_proposal.prepare(
         agent=agent,
         action=spec.name,
-        parameters=parameters,
-        summary=spec.describe(parameters)[:300],
-        reason=data["reason"],
+        parameters=shown.parameters,
+        sealed=shown.sealed,
+        summary=shown.scrub(spec.describe(parameters))[:300],
+        reason=shown.reason,
         urgency=data["urgency"],
         idempotency_key=data.get("idempotency_key"),
         status=outcome.status,
         risk_score=score,
-        risk_reasons=reasons,
-        decision_path=decision_path,
+        risk_reasons=shown.scrub(reasons),
+        decision_path=shown.scrub(decision_path),
         policy_version=policy.version,
         required_approvals=required,
         routing=routing,
@@ -190,8 +204,9 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
         decided_at=None if outcome.status == ProposalStatus.PENDING else now,
     )
     with transaction.atomic():
+        admission.check(admission.locked(agent), policy, now, spend=True)
         # Approved at once: the execution first, so the proposal's row is written once.
-        execution = _new_execution(agent, spec.name, parameters) if approved else None
+        execution = _new_execution(agent, spec.name, shown, policy) if approved else None
         proposal = _insert_proposal.insert(row, execution=execution)
         record(
             actor,
@@ -208,28 +223,33 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict) -> Proposal:
             notify("notify_list", proposal)
         elif outcome.status == ProposalStatus.PENDING:
             notify("review_requested", proposal)
-        _announce(proposal)
+        announce(proposal)
     return proposal
 
 
-def _new_execution(agent: Agent, action: str, parameters: dict):
+def _new_execution(agent: Agent, action: str, shown: credentials.Masked, policy: Policy):
     spec = get_action(action)
-    capability = agent.capability_for(action, spec.primary_target(parameters) if spec else None)
+    target = spec.primary_target(shown.parameters) if spec else None
+    capability = agent.capability_for(action, target)
     return executions.create_execution(
         action=action,
-        parameters=parameters,
+        parameters=shown.parameters,
+        sealed=shown.sealed,
+        secret_patterns=policy.secret_patterns,
         requested_by=actor_label(agent),
         capabilities_used=[capability] if capability else [],
     )
 
 
 def _queue_execution(proposal: Proposal, actor: str) -> None:
-    proposal.execution = _new_execution(proposal.agent, proposal.action, proposal.parameters)
+    shown = credentials.Masked(proposal.parameters, proposal.reason, sealed=proposal.sealed)
+    policy = current_policy().for_agent(proposal.agent.name)
+    proposal.execution = _new_execution(proposal.agent, proposal.action, shown, policy)
     Proposal.objects.filter(pk=proposal.pk).update(execution=proposal.execution)
     executions.queued(proposal.execution, actor)
 
 
-def _announce(proposal: Proposal) -> None:
+def announce(proposal: Proposal) -> None:
     # With the proposal's state as long-polls compare it: a waiter wakes on the message alone.
     message = {
         "type": "proposal.changed",
@@ -290,6 +310,7 @@ def decide(
             )
     if expired:
         raise ProposalError("conflict", f"proposal {proposal.pk} expired before the decision")
+    admission.forget(proposal.agent)  # a place may have freed under its max_pending
     return proposal
 
 
@@ -378,11 +399,12 @@ def _record_decision(
         notify("break_glass", proposal)
     if kind == DecisionKind.REJECT:
         _close(proposal, ProposalStatus.REJECTED, now, actor)
+        pausing.after_rejection(proposal, current_policy())
     elif break_glass:
         _approve(proposal, now, actor, proposal.approvals_count + 1)
     else:
         _count_approval(proposal, now, actor)
-    _announce(proposal)
+    announce(proposal)
 
 
 def may_decide(user, proposal: Proposal) -> bool:
@@ -517,7 +539,7 @@ def _expire(proposal: Proposal) -> bool:
         return False
     record("system", "proposal.expired", proposal)
     notify("decided", proposal)
-    _announce(proposal)
+    announce(proposal)
     return True
 
 

@@ -30,9 +30,23 @@ KINDS = {
     "execution_ended": "finished running",
     "escalated": "was escalated: a required team has not answered",
     "break_glass": "was decided by an admin breaking the glass",
+    "withdrawn": "was withdrawn by its agent: nothing will run",
+    "agent_paused": (
+        "was rejected, the last of a run of rejections: its agent is paused until an admin "
+        "resumes it"
+    ),
 }
 TOLD = frozenset(
-    {"notify_list", "review_requested", "expiry_warning", "decided", "escalated", "break_glass"}
+    {
+        "notify_list",
+        "review_requested",
+        "expiry_warning",
+        "decided",
+        "escalated",
+        "break_glass",
+        "withdrawn",
+        "agent_paused",
+    }
 )
 # Only keep messages already posted up to date: taken by channels that post such messages.
 FOLLOW_UPS = frozenset({"partly_approved", "execution_ended"})

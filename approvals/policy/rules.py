@@ -16,9 +16,11 @@ from fnmatch import fnmatchcase
 from django.db import IntegrityError, transaction
 from rest_framework import serializers
 
-from approvals.choices import RISK_BANDS, DecisionStep, ProposalStatus, risk_band
+from approvals.choices import DecisionStep, ProposalStatus
+from approvals.policy.limits import LIMITS, valid_pattern
 from approvals.policy.models import PolicyVersion
 from approvals.policy.prevalidators import PreValidation
+from approvals.policy.slack_routes import SlackRoute, SlackRouteSerializer
 from approvals.policy.tool_risk import ToolRisk, ToolRiskSerializer
 from approvals.routing import document as routing
 from audit.services import actor_label, record
@@ -60,6 +62,10 @@ DEFAULT_POLICY = {
     "use_prevalidator": False,
     "allow_weak_sandbox": False,
     "require_second_factor": False,
+    "max_pending": 100,
+    "max_proposals_per_minute": 600,
+    "pause_after_rejections": 5,
+    "secret_patterns": [],
     "agent_overrides": {},
     "slack_routes": [],
     "teams": {},
@@ -73,6 +79,9 @@ OVERRIDABLE = (
     "high_risk_quorum",
     "review_timeout_minutes",
     "script_network",
+    "max_pending",
+    "max_proposals_per_minute",
+    "pause_after_rejections",
 )
 
 
@@ -88,23 +97,13 @@ class OverrideSerializer(serializers.Serializer):
     high_risk_quorum = serializers.IntegerField(min_value=1, max_value=10, required=False)
     review_timeout_minutes = serializers.IntegerField(min_value=1, max_value=10080, required=False)
     script_network = serializers.BooleanField(required=False)
-
-
-class SlackRouteSerializer(serializers.Serializer):
-    """Where review requests go in Slack: a channel, for some risk bands, agents and actions."""
-
-    channel = serializers.RegexField(
-        routing.SLACK_CHANNEL, max_length=81, error_messages={"invalid": "a channel id or #name"}
+    max_pending = serializers.IntegerField(required=False, **LIMITS["max_pending"])
+    max_proposals_per_minute = serializers.IntegerField(
+        required=False, **LIMITS["max_proposals_per_minute"]
     )
-    bands = serializers.ListField(
-        child=serializers.ChoiceField(choices=list(RISK_BANDS)), default=list, max_length=3
+    pause_after_rejections = serializers.IntegerField(
+        required=False, **LIMITS["pause_after_rejections"]
     )
-    agent = serializers.CharField(max_length=200, default="*")
-    action = serializers.CharField(max_length=200, default="*")
-
-    def validate_bands(self, bands: list[str]) -> list[str]:
-        # One order whatever was typed: export → apply → export must give the same text.
-        return [band for band in RISK_BANDS if band in bands]
 
 
 class PolicySerializer(serializers.Serializer):
@@ -148,6 +147,18 @@ class PolicySerializer(serializers.Serializer):
             "before the console lets them in"
         ),
     )
+    max_pending = serializers.IntegerField(default=100, **LIMITS["max_pending"])
+    max_proposals_per_minute = serializers.IntegerField(
+        default=600, **LIMITS["max_proposals_per_minute"]
+    )
+    pause_after_rejections = serializers.IntegerField(default=5, **LIMITS["pause_after_rejections"])
+    secret_patterns = serializers.ListField(
+        child=serializers.CharField(max_length=500, validators=[valid_pattern]),
+        default=list,
+        max_length=50,
+        help_text="regular expressions of credentials of your own, masked like the known "
+        "kinds (group 1, if any, is the secret)",
+    )
     agent_overrides = serializers.DictField(child=OverrideSerializer(), default=dict)
     slack_routes = SlackRouteSerializer(many=True, default=list)
     tool_risk = ToolRiskSerializer(many=True, default=list)
@@ -190,36 +201,6 @@ class Rule:
 
 
 @dataclass(frozen=True)
-class SlackRoute:
-    """Review requests matching the bands (none = any) and both globs go to ``channel``."""
-
-    channel: str
-    bands: tuple[str, ...] = ()
-    agent: str = "*"
-    action: str = "*"
-
-    @classmethod
-    def from_data(cls, data: dict) -> SlackRoute:
-        return cls(
-            channel=data["channel"],
-            bands=tuple(data.get("bands", ())),
-            agent=data.get("agent", "*"),
-            action=data.get("action", "*"),
-        )
-
-    def matches(self, agent: str, action: str, risk_score: int) -> bool:
-        return (
-            (not self.bands or risk_band(risk_score) in self.bands)
-            and fnmatchcase(agent, self.agent)
-            and fnmatchcase(action, self.action)
-        )
-
-    def label(self) -> str:
-        bands = "+".join(self.bands) or "any risk"
-        return f"{self.channel} ← {bands}, agent {self.agent}, action {self.action}"
-
-
-@dataclass(frozen=True)
 class Policy:
     """The policy in force, parsed from a ``PolicyVersion``."""
 
@@ -236,6 +217,11 @@ class Policy:
     use_prevalidator: bool = False
     allow_weak_sandbox: bool = False
     require_second_factor: bool = False
+    # Limits per agent (approvals.guard) and the credentials masked (infrastructure.credentials).
+    max_pending: int = 100
+    max_proposals_per_minute: int = 600
+    pause_after_rejections: int = 5
+    secret_patterns: tuple[str, ...] = ()
     agent_overrides: dict = field(default_factory=dict)
     # Slack channels for review requests, first match wins. In the policy because
     # admins edit it where they edit who reviews what: versioned, audited, exported.
@@ -264,6 +250,9 @@ class Policy:
                 "use_prevalidator",
                 "allow_weak_sandbox",
                 "require_second_factor",
+                "max_pending",
+                "max_proposals_per_minute",
+                "pause_after_rejections",
                 "agent_overrides",
             )
             if key in data
@@ -280,6 +269,7 @@ class Policy:
             **scalars,
             slack_routes=routes,
             tool_risk=tools,
+            secret_patterns=tuple(data.get("secret_patterns", ())),
             teams=teams,
             reviews=reviews,
         )

@@ -162,11 +162,13 @@ def ranking(
 
 
 def share(view: Overview, width: int = 760, height: int = 34) -> Chart:
-    """Who decided: policy, people, nobody in time, or still waiting, as one bar."""
+    """Who decided: policy, people, nobody in time, the agent taking it back, or still
+    waiting, as one bar."""
     parts = [
         ("policy", "decided by policy", view.by_policy, {"decided_by": "policy"}),
         ("people", "decided by reviewers", view.by_people, {"decided_by": "people"}),
         ("expired", "expired unreviewed", view.totals["expired"], {"status": "expired"}),
+        ("withdrawn", "withdrawn by the agent", view.totals["withdrawn"], {"status": "withdrawn"}),
         ("pending", "waiting", view.totals["pending"], {"status": "pending"}),
     ]
     chart = Chart(

@@ -87,6 +87,10 @@ class QueueConsumer(AsyncWebsocketConsumer):
         if self.proposal_id is not None:
             self.push_soon(FULL)
 
+    async def agents_changed(self, event: dict) -> None:
+        # Agents paused or resumed (approvals.core.pausing): the queue marks their rows.
+        self.push_soon(FULL)
+
     def push_soon(self, wanted: str) -> None:
         """Owe a push of ``wanted``; made at once unless one was made just before."""
         self._wanted = FULL if FULL in (wanted, self._wanted) else BADGE

@@ -1,4 +1,4 @@
-"""Console forms: queue and history filters, decisions, the policy editor, agents.
+"""Console forms: queue and history filters, decisions, the policy editor, profiles.
 
 Filter forms only narrow a queryset (``apply``); invalid filter values are
 ignored rather than shown as errors, so a stale bookmark still opens a page.
@@ -6,6 +6,7 @@ ignored rather than shown as errors, so a stale bookmark still opens a page.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, time, timedelta
 from zoneinfo import available_timezones
 
@@ -17,6 +18,7 @@ from django.utils import timezone
 from approvals.choices import RISK_BANDS, DecisionKind, ProposalStatus
 from approvals.notify.models import ReviewerPreferences
 from approvals.policy import simulation, suggestions
+from approvals.policy.limits import LIMITS
 from approvals.policy.rules import OVERRIDABLE, RULE_KINDS
 from approvals.policy.tool_risk import CONDITIONS
 from approvals.review import overview
@@ -278,6 +280,11 @@ class RoutingForm(forms.Form):
         return {"teams": text(data.get("teams")), "reviews": text(data.get("reviews"))}
 
 
+def _limit(name: str, required: bool = True) -> forms.IntegerField:
+    """A field of one of the limits per agent, bounded and explained as the policy's own."""
+    return forms.IntegerField(required=required, **LIMITS[name])
+
+
 class PolicySettingsForm(forms.Form):
     auto_approve_below = forms.IntegerField(
         min_value=0, max_value=11, help_text="scores below this run at once (0 = never)"
@@ -313,7 +320,27 @@ class PolicySettingsForm(forms.Form):
         label="Require a second factor",
         help_text="every reviewer and admin enrols a passkey or a TOTP app before the console",
     )
+    max_pending = _limit("max_pending")
+    max_proposals_per_minute = _limit("max_proposals_per_minute")
+    pause_after_rejections = _limit("pause_after_rejections")
+    secret_patterns = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text="one regular expression a line; group 1, if any, is the secret",
+    )
     comment = forms.CharField(max_length=500, required=False, help_text="why, for the audit trail")
+
+    def clean_secret_patterns(self) -> list[str]:
+        """The lines as the policy's list; each must compile (the line number says which not)."""
+        lines = [line.strip() for line in self.cleaned_data["secret_patterns"].splitlines()]
+        for number, line in enumerate(lines, 1):
+            try:
+                re.compile(line)
+            except re.error as exc:
+                raise forms.ValidationError(
+                    f"line {number}: not a regular expression: {exc}"
+                ) from None
+        return [line for line in lines if line]  # stripped, as the policy keeps them
 
 
 class InheritSelect(forms.NullBooleanSelect):
@@ -331,6 +358,10 @@ class OverrideForm(forms.Form):
     high_risk_quorum = forms.IntegerField(min_value=1, max_value=10, required=False)
     review_timeout_minutes = forms.IntegerField(min_value=1, max_value=10080, required=False)
     script_network = forms.NullBooleanField(required=False, widget=InheritSelect)
+    # Every OVERRIDABLE key has its field: ``override()`` keeps only what the form holds.
+    max_pending = _limit("max_pending", required=False)
+    max_proposals_per_minute = _limit("max_proposals_per_minute", required=False)
+    pause_after_rejections = _limit("pause_after_rejections", required=False)
 
     def override(self) -> tuple[str, dict] | None:
         data = self.cleaned_data
@@ -348,8 +379,10 @@ def policy_initial(data: dict) -> dict:
     overrides = [
         {"agent": name, **values} for name, values in sorted(data["agent_overrides"].items())
     ]
+    settings = {k: data[k] for k in PolicySettingsForm.base_fields if k in data}
+    settings["secret_patterns"] = "\n".join(data.get("secret_patterns", []))
     return {
-        "settings": {k: data[k] for k in PolicySettingsForm.base_fields if k in data},
+        "settings": settings,
         "deny": data["deny"],
         "allow": data["allow"],
         "notify": data["notify"],
@@ -464,38 +497,6 @@ class OverviewForm(forms.Form):
     def window(self) -> int:
         self.is_valid()
         return getattr(self, "cleaned_data", {}).get("days") or overview.DEFAULT_WINDOW
-
-
-# --- agents -------------------------------------------------------------------
-
-
-def _capability_list(text: str) -> list[str]:
-    return [part for part in text.replace(",", "\n").split() if part]
-
-
-class AgentCreateForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    capabilities = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 2}),
-        help_text="action-name globs, one per line or comma-separated: script.execute, docker.*",
-    )
-    owner = forms.ModelChoiceField(queryset=None, required=False)
-
-    def __init__(self, *args, **kwargs):
-        from django.contrib.auth import get_user_model
-
-        super().__init__(*args, **kwargs)
-        self.fields["owner"].queryset = get_user_model().objects.order_by("username")
-
-    def clean_capabilities(self) -> list[str]:
-        return _capability_list(self.cleaned_data["capabilities"])
-
-
-class CapabilitiesForm(forms.Form):
-    capabilities = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}))
-
-    def clean_capabilities(self) -> list[str]:
-        return _capability_list(self.cleaned_data["capabilities"])
 
 
 # --- a reviewer's profile, the delivery log, the review link page --------------------

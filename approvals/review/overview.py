@@ -46,6 +46,7 @@ OUTCOMES = {
     "denied": ("denied by policy", {"status": "denied"}),
     "rejected": ("rejected by reviewers", {"status": "rejected"}),
     "expired": ("expired unreviewed", {"status": "expired"}),
+    "withdrawn": ("withdrawn by the agent", {"status": "withdrawn"}),
 }
 BY_POLICY = ("auto", "denied")
 BY_PEOPLE = ("approved", "rejected")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import time
+import uuid
 from dataclasses import dataclass
 
 import httpx
@@ -21,6 +23,8 @@ STEP_UP_PENDING = 9  # a second factor was asked for and not given in time
 DECIDED_AGAINST = 10  # the proposal was denied, rejected or expired
 NOT_DECIDED = 11  # nobody decided within the time the command waited
 CHAIN_BROKEN = 12  # the audit chain failed its check
+PAUSED = 13  # 423: an admin paused the agent; its proposals are refused until resumed
+RATE_LIMITED = 14  # 429: still refused (too many pending, or too fast) when the wait ran out
 
 EXIT_CODES = {
     OK: "success",
@@ -33,28 +37,47 @@ EXIT_CODES = {
     NOT_FOUND: "no such proposal or execution (or not yours to see)",
     CONFLICT: "already decided, or no longer pending",
     STEP_UP_PENDING: "a fresh second factor was needed and not given in time",
-    DECIDED_AGAINST: "the proposal was denied, rejected or expired",
+    DECIDED_AGAINST: "the proposal was denied, rejected, expired or withdrawn",
     NOT_DECIDED: "nobody decided in the time `airlock run --timeout` waited",
     CHAIN_BROKEN: "the audit chain is broken: a row was edited, inserted or deleted",
+    PAUSED: "the agent is paused: an admin must resume it",
+    RATE_LIMITED: "the agent has too many proposals pending, or proposes too fast",
 }
 
 
 class CliError(Exception):
     """One line for the person at the terminal, and the exit code for their script."""
 
-    def __init__(self, code: int, message: str, *, error_type: str = "", url: str = ""):
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        *,
+        error_type: str = "",
+        url: str = "",
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
         self.error_type = error_type
         self.url = url
+        self.retry_after = retry_after  # seconds, from a 429's Retry-After
 
 
 class StepUpRequired(CliError):
     pass
 
 
-STATUS_CODES = {400: FAILED, 401: TOKEN_REFUSED, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT}
+STATUS_CODES = {
+    400: FAILED,
+    401: TOKEN_REFUSED,
+    403: FORBIDDEN,
+    404: NOT_FOUND,
+    409: CONFLICT,
+    423: PAUSED,
+    429: RATE_LIMITED,
+}
 
 
 @dataclass
@@ -112,6 +135,32 @@ class Api:
             return response
         raise _error(self.url, response)
 
+    def propose(self, body: dict, *, wait: float = 0, patience: float = 0) -> dict:
+        """Make a proposal (``?wait=…&until=decided`` with ``wait``): its JSON.
+
+        Refused for now (429: too many of the agent's proposals pending, or it proposes
+        too fast), it is sent again after the server's Retry-After, said on standard
+        error, the same proposal with the same idempotency key, while the waits add up
+        to at most ``patience`` seconds; then, and at once for a paused agent (423),
+        ``CliError``.
+        """
+        body = {**body, "idempotency_key": body.get("idempotency_key") or f"cli-{uuid.uuid4()}"}
+        params = {"wait": wait, "until": "decided"} if wait else {}
+        waited = 0.0
+        while True:
+            try:
+                return self.call("POST", "proposals", params=params, json=body, wait=wait).json()
+            except CliError as refused:
+                if refused.code != RATE_LIMITED or refused.retry_after is None:
+                    raise
+                after = max(refused.retry_after, 1.0)  # a Retry-After of 0 still counts
+                if waited + after > patience:
+                    raise
+                why = refused.message
+            print(f"rate limited: retrying in {after:g} s ({why})", file=sys.stderr)
+            time.sleep(after)
+            waited += after
+
     def get(self, path: str, **params) -> dict:
         return self.call("GET", path, params=params).json()
 
@@ -144,7 +193,21 @@ def _error(url: str, response: httpx.Response) -> CliError:
     if response.status_code >= 500:
         return CliError(UNREACHABLE, f"{url} failed: {message}", error_type=error_type)
     code = STATUS_CODES.get(response.status_code, FAILED)
-    return CliError(code, message, error_type=error_type, url=error.get("url", ""))
+    return CliError(
+        code,
+        message,
+        error_type=error_type,
+        url=error.get("url", ""),
+        retry_after=_retry_after(response),
+    )
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        seconds = float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def fail(error: CliError) -> None:

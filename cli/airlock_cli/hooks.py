@@ -9,6 +9,10 @@ reads a decision as JSON on standard output (exit 0):
   rejected or expired → ``deny`` with the reason, which the agent reads.
   Not decided in time, or Airlock not reachable: ``--on-timeout`` and
   ``--on-error`` (``ask``: Claude Code asks the person at the terminal).
+  A call not decided in time is withdrawn: the decision is made elsewhere (at
+  the terminal, or by ``--on-timeout``), so no reviewer approves it afterwards
+  for nobody. A proposal refused for now (429) is sent again after the
+  server's Retry-After, within ``--timeout``; a paused agent (423) is an error.
 - ``PostToolUse`` / ``PostToolUseFailure``: the outcome is reported to the
   execution the approval made (found again by the idempotency key), so the
   audit trail and the reviewer's page show how the call went.
@@ -20,7 +24,7 @@ import json
 import time
 from collections.abc import Callable
 
-from airlock_cli.client import Api, CliError
+from airlock_cli.client import CONFLICT, Api, CliError
 
 DECISIONS = ("allow", "deny", "ask")
 WAIT_STEP = 30
@@ -68,27 +72,49 @@ def _proposal(event: dict, prefix: str) -> dict:
 
 
 def _before(event: dict, api: Api, timeout: float, on_timeout: str, prefix: str) -> dict:
-    proposal = api.call(
-        "POST", "proposals", params={"wait": 1, "until": "decided"}, json=_proposal(event, prefix),
-        wait=1,
-    ).json()  # fmt: skip
     deadline = time.monotonic() + timeout
+    proposal = api.propose(_proposal(event, prefix), wait=1, patience=timeout)
     while proposal["status"] == "pending":
         left = deadline - time.monotonic()
         if left <= 0:
-            return _decision(
-                on_timeout,
-                f"Airlock: proposal #{proposal['id']} was not decided in {timeout:g} s "
-                f"({api.url}/proposals/{proposal['id']}/)",
-            )
+            proposal = _stop_waiting(api, proposal, timeout, on_timeout)
+            break
         wait = min(WAIT_STEP, max(int(left), 1))
         proposal = api.call(
             "GET", f"proposals/{proposal['id']}", params={"wait": wait, "until": "decided"},
             wait=wait,
         ).json()  # fmt: skip
+    if proposal["status"] in ("pending", "withdrawn"):  # decided outside Airlock, as configured
+        return _decision(
+            on_timeout,
+            f"Airlock: proposal #{proposal['id']} was not decided in {timeout:g} s "
+            f"({api.url}/proposals/{proposal['id']}/)",
+        )
     if proposal["status"] == "approved":
         return _decision("allow", f"Airlock: approved ({_why(proposal)})")
     return _decision("deny", f"Airlock: {proposal['status']}: {_why(proposal)}")
+
+
+def _stop_waiting(api: Api, proposal: dict, timeout: float, on_timeout: str) -> dict:
+    """Withdraw the proposal nobody decided in time: ``--on-timeout`` decides the call now
+    (``ask``: the person at the terminal), and a reviewer must not approve it later for
+    nobody. The proposal as it ends: withdrawn, or decided meanwhile (that decision
+    stands), or still pending if Airlock could not be told (its expiry ends it)."""
+    reason = (
+        f"decided at the terminal: the hook stopped waiting after {timeout:g} s"
+        if on_timeout == "ask"
+        else f"the hook stopped waiting after {timeout:g} s and answered {on_timeout}"
+    )
+    path = f"proposals/{proposal['id']}"
+    try:
+        return api.post(f"{path}/withdraw", {"reason": reason})
+    except CliError as error:
+        if error.code != CONFLICT:
+            return proposal
+    try:
+        return api.get(path)  # decided between the last read and the withdrawal
+    except CliError:
+        return proposal
 
 
 def _after(event: dict, api: Api, prefix: str, succeeded: bool) -> None:

@@ -24,7 +24,7 @@ from airlock_cli.client import (
 )
 
 WAIT_STEP = 30  # seconds per long-poll call
-ENDED = ("denied", "rejected", "expired")
+ENDED = ("denied", "rejected", "expired", "withdrawn")
 EPILOG = "\b\nExit codes:\n" + "\n".join(
     f"  {code:>2}  {text}" for code, text in EXIT_CODES.items()
 )
@@ -275,6 +275,21 @@ def reject(proposal_id: int, comment: str, step_up_timeout: float, as_json: bool
     _decide("reject", proposal_id, comment, step_up_timeout, as_json)
 
 
+@command(cli)
+@click.argument("proposal_id", type=int)
+@click.option(
+    "--reason", default="", help="Why it is no longer needed: for reviewers and the audit trail."
+)
+def withdraw(proposal_id: int, reason: str, as_json: bool):
+    """Withdraw a pending proposal (the agent that made it, with its token): nothing runs."""
+    proposal = api().post(f"proposals/{proposal_id}/withdraw", {"reason": reason})
+    if as_json:
+        emit(proposal)
+        return
+    why = f": {proposal['withdraw_reason']}" if proposal.get("withdraw_reason") else ""
+    click.echo(f"Proposal #{proposal_id}: {proposal['status']}{why}")
+
+
 # --- runs ------------------------------------------------------------------------------
 
 
@@ -310,12 +325,15 @@ def watch(execution_id: int, after: int, as_json: bool):
 @click.option("--urgency", type=click.Choice(["low", "normal", "high"]), default="normal")
 @click.option(
     "--timeout", "decision_timeout", type=float, default=3600, show_default=True,
-    help="Seconds to wait for a decision.",
+    help="Seconds to wait for a decision (and, before it, for a place when the agent has "
+    "too many proposals pending or proposes too fast).",
 )  # fmt: skip
 def run(script, language, reason, urgency, decision_timeout, as_json):
     """Propose a script (FILE or - for standard input), wait for approval, stream it, exit with its code.
 
     With an agent's token: the way a shell script or a CI job puts a step behind approval.
+    Refused for now (429), it proposes again after the server's Retry-After; a paused
+    agent (423) exits 13 at once.
     """
     code = script.read()
     client = api()
@@ -325,15 +343,13 @@ def run(script, language, reason, urgency, decision_timeout, as_json):
         "reason": reason,
         "urgency": urgency,
     }
-    proposal = client.call(
-        "POST", "proposals", params={"wait": 1, "until": "decided"}, json=body, wait=1
-    ).json()
+    deadline = time.monotonic() + decision_timeout
+    proposal = client.propose(body, wait=1, patience=decision_timeout)
     if proposal["status"] == "pending":
         say(
             f"Proposal #{proposal['id']} (risk {proposal['risk']['score']}) waits for a reviewer: "
             f"{client.url}/proposals/{proposal['id']}/"
         )
-    deadline = time.monotonic() + decision_timeout
     while proposal["status"] == "pending":
         left = deadline - time.monotonic()
         if left <= 0:
@@ -349,6 +365,8 @@ def run(script, language, reason, urgency, decision_timeout, as_json):
         ).json()
     if proposal["status"] in ENDED:
         why = "; ".join(d["comment"] for d in proposal["decisions"] if d["comment"])
+        if proposal["status"] == "withdrawn":
+            why = proposal.get("withdraw_reason") or "by the agent"
         why = why or "; ".join(proposal["risk"]["reasons"][:1]) or proposal["status"]
         if as_json:
             emit({"proposal": proposal})

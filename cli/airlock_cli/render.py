@@ -136,6 +136,10 @@ def proposal_page(proposal: dict, execution: dict | None = None) -> Group:
                 f"{proposal['required_approvals']}; expires {proposal['expires_at'] or 'never'}"
             )
         )
+    if proposal["status"] == "withdrawn":  # a final state, like expired, by the agent's hand
+        why = proposal.get("withdraw_reason") or "no reason given"
+        when = proposal.get("decided_at") or "?"
+        parts.append(Text(f"Withdrawn by {proposal['agent']} at {when}: {why}"))
     for decision in proposal["decisions"]:
         comment = f": {decision['comment']}" if decision["comment"] else ""
         parts.append(

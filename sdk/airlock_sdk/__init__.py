@@ -9,7 +9,10 @@
     def refund(customer: str, amount: float) -> dict:
         ...   # runs only once a reviewer (or the policy) approved this very call
 
-``AsyncAirlock`` is the same with ``await`` (and decorates ``async def``).
+``AsyncAirlock`` is the same with ``await`` (and decorates ``async def``). A proposal
+nobody needs any more is taken back with ``withdraw``; one the server refuses for now
+(429: too many pending, or too fast) is sent again after its Retry-After, within the
+client's ``rate_limit_wait``.
 Every call speaks the published REST API (``/api/v1/schema/``) with httpx.
 
 Owns the clients (``client``), the protocol they share, written once as
@@ -25,8 +28,11 @@ from airlock_sdk.errors import (
     Expired,
     Failed,
     NotDecided,
+    Paused,
+    RateLimited,
     Rejected,
     Unavailable,
+    Withdrawn,
 )
 from airlock_sdk.types import Proposal, Result
 
@@ -39,8 +45,11 @@ __all__ = [
     "Expired",
     "Failed",
     "NotDecided",
+    "Paused",
     "Proposal",
+    "RateLimited",
     "Rejected",
     "Result",
     "Unavailable",
+    "Withdrawn",
 ]

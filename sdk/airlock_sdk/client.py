@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import itertools
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 
 from airlock_sdk import flows
-from airlock_sdk.errors import ApiError, Unavailable
+from airlock_sdk.errors import ApiError, Paused, RateLimited, Unavailable
 from airlock_sdk.types import Proposal, Result
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -26,6 +27,21 @@ USER_AGENT = "airlock-sdk/0.1"
 PAUSES = (0.5, 1.0, 2.0, 4.0)
 MAX_PAUSE = 10.0
 RETRIED_STATUSES = (502, 503, 504)
+# A proposal refused for now (429: too many pending, or too fast) is sent again, the same
+# one with the same idempotency key, after the server's Retry-After, for up to this many
+# seconds in all per call (the client's ``rate_limit_wait``); 423 (paused) never is.
+RATE_LIMIT_WAIT = 300.0
+
+log = logging.getLogger("airlock_sdk")
+
+
+@dataclass
+class _Tries:
+    """One request's tries so far: those that got no answer (or a 5xx), and the seconds
+    spent waiting out refusals (429)."""
+
+    failed: int = 0
+    waited: float = 0.0
 
 
 def _pause(request: flows.Request, attempt: int, response: httpx.Response | None) -> float | None:
@@ -36,24 +52,60 @@ def _pause(request: flows.Request, attempt: int, response: httpx.Response | None
         return PAUSES[attempt]
     if response.status_code not in RETRIED_STATUSES:
         return None
+    after = _retry_after(response)
+    return min(after, MAX_PAUSE) if after is not None else PAUSES[attempt]
+
+
+def _retry_after(response: httpx.Response) -> float | None:
     try:
-        return min(float(response.headers.get("Retry-After", "")), MAX_PAUSE)
+        seconds = float(response.headers.get("Retry-After", ""))
     except ValueError:
-        return PAUSES[attempt]
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def _refused_pause(request: flows.Request, response: httpx.Response, left: float) -> float | None:
+    """Seconds to wait out a 429 before sending ``request`` again: the server's Retry-After,
+    if the call may still wait that long; None to give up (``RateLimited``)."""
+    seconds = _retry_after(response)
+    if not request.repeatable or seconds is None:
+        return None
+    seconds = max(seconds, PAUSES[0])  # a Retry-After of 0 still counts against the budget
+    return seconds if seconds <= left else None
 
 
 def _settle(
-    request: flows.Request, attempt: int, got: httpx.Response | httpx.HTTPError, url: str
+    request: flows.Request,
+    tries: _Tries,
+    got: httpx.Response | httpx.HTTPError,
+    url: str,
+    patience: float,
 ) -> dict[str, Any] | float:
     """What one try came to: the answer, or the seconds to wait before the next try
-    (``Unavailable`` or ``ApiError`` when there is neither)."""
+    (``Unavailable`` or ``ApiError`` when there is neither); counts it in ``tries``."""
     response = got if isinstance(got, httpx.Response) else None
-    pause = _pause(request, attempt, response)
+    if response is not None and response.status_code == 429:
+        pause = _refused_pause(request, response, patience - tries.waited)
+        if pause is None:
+            return _answer(response)  # RateLimited
+        tries.waited += pause
+        log.warning("%s: retrying in %g s", _error_of(response).get("type", "429"), pause)
+        return pause
+    pause = _pause(request, tries.failed, response)
     if pause is not None:
+        tries.failed += 1
         return pause
     if response is None:
         raise Unavailable(f"cannot reach {url}: {got}") from got
     return _answer(response)
+
+
+def _error_of(response: httpx.Response) -> dict[str, Any]:
+    try:
+        error = response.json().get("error", {})
+    except (ValueError, AttributeError):
+        return {}
+    return error if isinstance(error, dict) else {}
 
 
 def _answer(response: httpx.Response) -> dict[str, Any]:
@@ -61,15 +113,14 @@ def _answer(response: httpx.Response) -> dict[str, Any]:
         return response.json()
     if response.status_code >= 500:
         raise Unavailable(f"{response.request.url} answered {response.status_code}")
-    try:
-        error = response.json().get("error", {})
-    except ValueError:
-        error = {}
-    raise ApiError(
-        response.status_code,
-        error.get("type", "error"),
-        error.get("message") or f"HTTP {response.status_code}",
-    )
+    error = _error_of(response)
+    status, kind = response.status_code, error.get("type", "error")
+    message = error.get("message") or f"HTTP {status}"
+    if status == 423:
+        raise Paused(status, kind, message)
+    if status == 429:
+        raise RateLimited(status, kind, message, _retry_after(response))
+    raise ApiError(status, kind, message)
 
 
 def _httpx_arguments(request: flows.Request, timeout: float) -> dict[str, Any]:
@@ -99,11 +150,23 @@ def _reason(function: Callable, reason: str | None) -> str:
 
 
 class Airlock:
-    """Airlock's API for an agent (its token), one call at a time."""
+    """Airlock's API for an agent (its token), one call at a time.
 
-    def __init__(self, url: str, token: str, timeout: float = 30.0):
+    ``timeout``: seconds for an answer (on top of a long-poll's own wait).
+    ``rate_limit_wait``: seconds one call may spend, in all, waiting out refusals: a
+    proposal answered 429 (the agent's ``max_pending`` proposals wait for review, or it
+    proposes faster than its ``max_proposals_per_minute``) is sent again after the
+    server's ``Retry-After``, the same proposal with the same idempotency key, until
+    it is made or this is spent (then ``RateLimited``; 0: at once). A paused agent
+    (423) raises ``Paused`` at once: only an admin can resume it.
+    """
+
+    def __init__(
+        self, url: str, token: str, timeout: float = 30.0, rate_limit_wait: float = RATE_LIMIT_WAIT
+    ):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.rate_limit_wait = rate_limit_wait
         self._http = httpx.Client(base_url=self.url, headers=_headers(token), timeout=timeout)
 
     def close(self) -> None:
@@ -124,26 +187,39 @@ class Airlock:
             return done.value
 
     def _send(self, request: flows.Request) -> dict[str, Any]:
-        for attempt in itertools.count():
+        tries = _Tries()
+        while True:
             try:
                 got = self._http.request(**_httpx_arguments(request, self.timeout))
             except httpx.HTTPError as exc:
                 got = exc
-            step = _settle(request, attempt, got, self.url)
+            step = _settle(request, tries, got, self.url, self.rate_limit_wait)
             if not isinstance(step, float):  # the answer; a float is a pause
                 return step
             time.sleep(step)
-        raise AssertionError("unreachable")
 
     def propose(self, action: str, parameters: dict[str, Any], *, reason: str = "",
                 urgency: str = "normal", idempotency_key: str | None = None) -> Proposal:  # fmt: skip
-        """Propose an action; the proposal as the policy left it (``status`` says)."""
+        """Propose an action; the proposal as the policy left it (``status`` says).
+
+        Refused for now (429), it is sent again after the server's Retry-After with the
+        same idempotency key, for up to ``rate_limit_wait`` seconds in all (the client's,
+        default 300), then ``RateLimited``; ``Paused`` (423) at once."""
         return self._drive(flows.propose(action, parameters, reason, urgency, idempotency_key))
 
     def wait(self, proposal: Proposal | int, *, until: str = "decided",
              timeout: float = 3600) -> Proposal:  # fmt: skip
-        """The proposal once decided, or (``until="finished"``) once its run ended."""
+        """The proposal once decided, or (``until="finished"``) once its run ended;
+        ``Denied``, ``Rejected``, ``Expired`` or ``Withdrawn`` if it will not run,
+        ``NotDecided`` if still pending after ``timeout`` seconds."""
         return self._drive(flows.wait(proposal, until, timeout))
+
+    def withdraw(self, proposal_id: Proposal | int, reason: str = "") -> Proposal:
+        """Take back a pending proposal of this agent (one nobody needs any more): it is
+        ``withdrawn``, a final state, and nothing runs; ``reason`` (up to 500 characters)
+        is kept for reviewers and the audit trail. ``ApiError`` 409 ``conflict`` once it
+        was decided, 404 ``not_found`` for a proposal not this agent's."""
+        return self._drive(flows.withdraw(proposal_id, reason))
 
     def result(self, execution_id: int) -> Result:
         return self._drive(flows.result(execution_id))
@@ -161,8 +237,8 @@ class Airlock:
                           timeout: float = 3600) -> Callable[[F], F]:  # fmt: skip
         """Decorate a function: each call is first a ``tool.call`` of ``tool`` with the
         call's arguments, and runs only once approved; its return value (or its
-        exception) is reported. ``Denied``, ``Rejected``, ``Expired``, ``NotDecided``
-        instead of running."""
+        exception) is reported. ``Denied``, ``Rejected``, ``Expired``, ``Withdrawn``,
+        ``NotDecided`` (or ``Paused``, ``RateLimited``) instead of running."""
 
         def decorate(function: F) -> F:
             @functools.wraps(function)
@@ -186,11 +262,14 @@ class Airlock:
 
 
 class AsyncAirlock:
-    """``Airlock`` for asyncio: the same calls, awaited."""
+    """``Airlock`` for asyncio: the same calls, awaited (and the same ``rate_limit_wait``)."""
 
-    def __init__(self, url: str, token: str, timeout: float = 30.0):
+    def __init__(
+        self, url: str, token: str, timeout: float = 30.0, rate_limit_wait: float = RATE_LIMIT_WAIT
+    ):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.rate_limit_wait = rate_limit_wait
         self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(token), timeout=timeout)
 
     async def aclose(self) -> None:
@@ -211,16 +290,16 @@ class AsyncAirlock:
             return done.value
 
     async def _send(self, request: flows.Request) -> dict[str, Any]:
-        for attempt in itertools.count():
+        tries = _Tries()
+        while True:
             try:
                 got = await self._http.request(**_httpx_arguments(request, self.timeout))
             except httpx.HTTPError as exc:
                 got = exc
-            step = _settle(request, attempt, got, self.url)
+            step = _settle(request, tries, got, self.url, self.rate_limit_wait)
             if not isinstance(step, float):  # the answer; a float is a pause
                 return step
             await asyncio.sleep(step)
-        raise AssertionError("unreachable")
 
     async def propose(self, action: str, parameters: dict[str, Any], *, reason: str = "",
                       urgency: str = "normal", idempotency_key: str | None = None) -> Proposal:  # fmt: skip
@@ -231,6 +310,10 @@ class AsyncAirlock:
     async def wait(self, proposal: Proposal | int, *, until: str = "decided",
                    timeout: float = 3600) -> Proposal:  # fmt: skip
         return await self._drive(flows.wait(proposal, until, timeout))
+
+    async def withdraw(self, proposal_id: Proposal | int, reason: str = "") -> Proposal:
+        """``Airlock.withdraw``: the pending proposal taken back, ``withdrawn``."""
+        return await self._drive(flows.withdraw(proposal_id, reason))
 
     async def result(self, execution_id: int) -> Result:
         return await self._drive(flows.result(execution_id))

@@ -14,12 +14,28 @@ class Unavailable(AirlockError):
 
 
 class ApiError(AirlockError):
-    """The API refused the call: ``status`` (400, 401, 403, 404, 409), ``type`` and
-    ``message`` as its error body says (``{"error": {"type", "message"}}``)."""
+    """The API refused the call: ``status`` (400, 401, 403, 404, 409, 423, 429), ``type``
+    and ``message`` as its error body says (``{"error": {"type", "message"}}``)."""
 
     def __init__(self, status: int, type: str, message: str):  # noqa: A002 - the API's name
         super().__init__(f"{status} {type}: {message}")
         self.status, self.type, self.message = status, type, message
+
+
+class Paused(ApiError):
+    """423 ``agent_paused``: an admin paused this agent (or its rejections in a row did).
+    Every proposal is refused until an admin resumes it, so it is never sent again."""
+
+
+class RateLimited(ApiError):
+    """429, still refused when the client's ``rate_limit_wait`` was spent: ``type``
+    ``too_many_pending`` (the agent's ``max_pending`` proposals wait for review) or
+    ``rate_limited`` (past its ``max_proposals_per_minute``); ``retry_after``: the seconds
+    the server last asked for (None if it named none)."""
+
+    def __init__(self, status: int, type: str, message: str, retry_after: float | None = None):  # noqa: A002
+        super().__init__(status, type, message)
+        self.retry_after = retry_after
 
 
 class Ended(AirlockError):
@@ -41,6 +57,11 @@ class Rejected(Ended):
 
 class Expired(Ended):
     """Nobody decided before it expired."""
+
+
+class Withdrawn(Ended):
+    """The agent withdrew it before a decision (``withdraw``, here or in another process);
+    ``reason`` is the one it gave."""
 
 
 class NotDecided(AirlockError):
@@ -66,4 +87,4 @@ class Failed(AirlockError):
         self.reason = reason
 
 
-ENDED = {"denied": Denied, "rejected": Rejected, "expired": Expired}
+ENDED = {"denied": Denied, "rejected": Rejected, "expired": Expired, "withdrawn": Withdrawn}

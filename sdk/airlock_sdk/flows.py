@@ -58,8 +58,8 @@ def wait(
     proposal: Proposal | int, until: str = "decided", timeout: float = 3600
 ) -> Generator[Request, dict, Proposal]:
     """The proposal once decided (``until="decided"``) or once its run ended
-    (``"finished"``); ``Denied``, ``Rejected``, ``Expired`` if it will not run,
-    ``NotDecided`` if still pending after ``timeout`` seconds."""
+    (``"finished"``); ``Denied``, ``Rejected``, ``Expired``, ``Withdrawn`` if it will not
+    run, ``NotDecided`` if still pending after ``timeout`` seconds."""
     pk = proposal if isinstance(proposal, int) else proposal.id
     deadline = time.monotonic() + timeout
     current = proposal if isinstance(proposal, Proposal) else None
@@ -83,6 +83,14 @@ def _reached(proposal: Proposal, until: str) -> bool:
     if proposal.status == "pending":
         return False
     return until == "decided" or proposal.execution_status in TERMINAL
+
+
+def withdraw(proposal: Proposal | int, reason: str = "") -> Generator[Request, dict, Proposal]:
+    """Take back a pending proposal of this agent: it is ``withdrawn``, a final state.
+    Sent once (a second try would find it withdrawn already: a 409)."""
+    pk = proposal if isinstance(proposal, int) else proposal.id
+    body = {"reason": reason}
+    return Proposal.of((yield Request("POST", f"proposals/{pk}/withdraw", json=body)))
 
 
 def result(execution_id: int) -> Generator[Request, dict, Result]:
@@ -119,7 +127,8 @@ def tool_call(
     tool: str, arguments: dict[str, Any], reason: str, timeout: float
 ) -> Generator[Request, dict, Proposal]:
     """A tool call proposed and decided: the approved proposal (its execution waits for
-    the report); ``Denied``, ``Rejected``, ``Expired``, ``NotDecided`` otherwise."""
+    the report); ``Denied``, ``Rejected``, ``Expired``, ``Withdrawn``, ``NotDecided``
+    otherwise."""
     proposal = yield from propose(
         "tool.call", {"tool": tool, "arguments": jsonable(arguments)}, reason=reason
     )

@@ -9,7 +9,7 @@ from typing import Any
 @dataclass(frozen=True)
 class Proposal:
     id: int
-    status: str  # pending, approved, denied, rejected, expired
+    status: str  # pending, approved; or final: denied, rejected, expired, withdrawn
     action: str
     risk: int
     reasons: list[str]
@@ -32,7 +32,10 @@ class Proposal:
 
     @property
     def reason(self) -> str:
-        """Why it ended as it did: the reviewers' comments, else the policy's reason."""
+        """Why it ended as it did: the agent's reason for withdrawing it, the reviewers'
+        comments, else the policy's reason."""
+        if self.status == "withdrawn":
+            return self.raw.get("withdraw_reason") or "withdrawn by the agent"
         comments = [
             f"{d['reviewer']}: {d['comment']}" if d.get("comment") else d["reviewer"]
             for d in self.raw.get("decisions", [])

@@ -220,10 +220,94 @@ def test_bad_input_is_one_line_each(reviewer_shell):
     bad = reviewer_shell("queue", "--status", "waiting")
     assert bad.returncode == 1
     assert one_line(bad) == (
-        "airlock: status: 'waiting' is not one of pending, approved, denied, rejected, expired"
+        "airlock: status: 'waiting' is not one of pending, approved, denied, rejected, expired, "
+        "withdrawn"
     )
     usage = reviewer_shell("reject", "1")
     assert usage.returncode == 2 and "Missing option '-m'" in usage.stderr
+
+
+def test_an_agent_withdraws_its_proposal_and_it_shows_as_withdrawn(
+    agent_shell, reviewer_shell, deployment
+):
+    made = deployment.propose_script(MEDIUM, reason="cli withdrawn")
+    assert made["status"] == "pending"
+    withdrawn = agent_shell("withdraw", str(made["id"]), "--reason", "the release moved")
+    assert withdrawn.returncode == 0, withdrawn.stderr
+    assert withdrawn.stdout.strip() == f"Proposal #{made['id']}: withdrawn: the release moved"
+    again = agent_shell("withdraw", str(made["id"]), "--json")
+    assert again.returncode == 8
+    assert json.loads(again.stdout)["error"]["type"] == "conflict"
+    assert one_line(again) == (
+        f"airlock: proposal {made['id']} is withdrawn: only a pending one can be withdrawn"
+    )
+    theirs = reviewer_shell("withdraw", str(made["id"]))
+    assert theirs.returncode == 7 and "does not exist or is not visible to you" in one_line(theirs)
+    shown = reviewer_shell("show", str(made["id"]))
+    assert f"Proposal #{made['id']}  WITHDRAWN  risk" in shown.stdout
+    assert "Withdrawn by demo-agent at " in shown.stdout and ": the release moved" in shown.stdout
+    listed = rows(reviewer_shell("queue", "--status", "withdrawn", "-q", "cli withdrawn"))
+    assert listed[made["id"]][-1] == "withdrawn"  # where a pending one counts approvals
+
+
+@pytest.fixture
+def limited(deployment, tmp_path):
+    """Shells of two agents: cli-queue may have one proposal pending, cli-paused is paused."""
+    shells = {}
+    for name in ("cli-queue", "cli-paused"):
+        token = manage(
+            deployment.data_dir, "create_agent", name, "--capability", "script.execute"
+        ).split()[-1]
+        shells[name] = Terminal(tmp_path / name)
+        shells[name].token = token
+        assert shells[name]("login", deployment.base, "--token", token).returncode == 0
+    policy = "from tests.conftest import use_policy; use_policy({})"
+    overrides = {"cli-queue": {"max_pending": 1}}
+    manage(deployment.data_dir, "shell", "-c", policy.format(f"agent_overrides={overrides!r}"))
+    manage(deployment.data_dir, "agents", "pause", "cli-paused", "--reason", "runaway loop")
+    yield shells
+    manage(deployment.data_dir, "shell", "-c", policy.format(""))
+
+
+def test_run_waits_out_a_full_queue_and_a_paused_agent_exits_13_at_once(
+    limited, deployment, tmp_path
+):
+    shell = limited["cli-queue"]
+    status, first = deployment.api(
+        "POST",
+        "/api/v1/proposals",
+        {"action": "script.execute", "parameters": {"language": "python", "code": MEDIUM}},
+        token=shell.token,
+    )
+    assert status == 201 and first["status"] == "pending", first
+    # The Retry-After of a full queue: until the agent's first pending proposal ends.
+    soon = (
+        "from datetime import timedelta; from django.utils import timezone; "
+        f"from approvals.models import Proposal; Proposal.objects.filter(pk={first['id']})"
+        ".update(expires_at=timezone.now() + timedelta(seconds=4))"
+    )
+    manage(deployment.data_dir, "shell", "-c", soon)
+    running = shell.start("run", "-", "--reason", "cli after a full queue", stdin="print('ran')")
+    try:
+        said = running.stderr.readline()
+        assert said.startswith("rate limited: retrying in "), said
+        assert "max_pending 1" in said
+        freed = shell("withdraw", str(first["id"]), "--reason", "superseded")
+        assert freed.returncode == 0, freed.stderr
+        out, err = running.communicate(timeout=60)
+    finally:
+        running.kill()
+    assert running.returncode == 0, err
+    assert out == "ran\n" and "Approved; execution #" in err
+
+    started = time.monotonic()
+    paused = limited["cli-paused"]("run", "-", stdin="print('never')")
+    assert time.monotonic() - started < 10
+    assert paused.returncode == 13
+    assert "rate limited" not in paused.stderr
+    line = one_line(paused)
+    assert line.startswith("airlock: agent cli-paused is paused since ")
+    assert line.endswith("(runaway loop); an admin must resume it")
 
 
 def test_a_high_risk_decision_asks_for_a_second_factor_in_the_browser(reviewer_shell, deployment):

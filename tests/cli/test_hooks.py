@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving import agent_token, decide_when_pending, start_server, user_token
+from tests.serving import agent_token, decide_when_pending, manage, start_server, user_token
 
 AIRLOCK = Path(sys.executable).with_name("airlock")
 
@@ -45,6 +45,7 @@ MCP = ("mcp__github__create_issue", {"owner": "acme", "repo": "web", "title": "F
 def deployment(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("hooks") / "data"
     server = start_server(data_dir)
+    server.data_dir = data_dir
     server.reviewer = user_token(data_dir, "reviewer")
     server.agent_token = agent_token(
         data_dir, "claude-dev", "tool.call:claude-code.Bash", "tool.call:claude-code.Edit"
@@ -115,7 +116,15 @@ def test_an_mcp_tool_beyond_the_agents_capabilities_is_denied_at_once(deployment
     )
 
 
-def test_a_call_nobody_decides_in_time_gets_the_configured_answer(deployment):
+def proposal_of(deployment, use_id: str) -> dict:
+    """The proposal the hook made for the call ``use_id`` (its idempotency key)."""
+    _, page = deployment.api("GET", "/api/v1/proposals?action=tool.call&limit=200",
+                             token=deployment.reviewer)  # fmt: skip
+    (made,) = [p for p in page["items"] if p["idempotency_key"] == f"claude-code:{use_id}"]
+    return made
+
+
+def test_a_call_nobody_decides_in_time_gets_the_configured_answer_and_is_withdrawn(deployment):
     started = time.monotonic()
     answer = hook(
         deployment, event(*BASH, "toolu_04Late"), "--timeout", "1", "--on-timeout", "deny"
@@ -124,6 +133,39 @@ def test_a_call_nobody_decides_in_time_gets_the_configured_answer(deployment):
     assert answer["permissionDecision"] == "deny"
     assert "was not decided in 1 s" in answer["permissionDecisionReason"]
     assert f"{deployment.base}/proposals/" in answer["permissionDecisionReason"]
+    made = proposal_of(deployment, "toolu_04Late")
+    assert (made["status"], made["withdraw_reason"]) == (
+        "withdrawn",
+        "the hook stopped waiting after 1 s and answered deny",
+    )
+
+
+def test_a_call_left_to_the_terminal_is_withdrawn_so_no_reviewer_approves_it_later(deployment):
+    answer = hook(deployment, event(*EDIT, "toolu_07Ask"), "--timeout", "1")
+    assert answer["permissionDecision"] == "ask"  # Claude Code asks the person at the terminal
+    made = proposal_of(deployment, "toolu_07Ask")
+    assert (made["status"], made["withdraw_reason"]) == (
+        "withdrawn",
+        "decided at the terminal: the hook stopped waiting after 1 s",
+    )
+    status, late = deployment.api(
+        "POST", f"/api/v1/proposals/{made['id']}/approve", {}, token=deployment.reviewer
+    )
+    assert (status, late["error"]["type"]) == (409, "conflict")
+    # The outcome, reported after the call, finds no approval to report to.
+    after = event(*EDIT, "toolu_07Ask", "PostToolUse", tool_response={"success": True})
+    assert hook(deployment, after) is None
+    assert proposal_of(deployment, "toolu_07Ask")["execution_id"] is None
+
+
+def test_a_paused_agent_leaves_the_call_to_the_terminal_and_says_why(deployment):
+    token = agent_token(deployment.data_dir, "claude-paused", "tool.call:claude-code.*")
+    manage(deployment.data_dir, "agents", "pause", "claude-paused", "--reason", "too many denials")
+    answer = hook(deployment, event(*BASH, "toolu_08Paused"), token=token)
+    assert answer["permissionDecision"] == "ask"
+    reason = answer["permissionDecisionReason"]
+    assert reason.startswith("Airlock: agent claude-paused is paused since ")
+    assert reason.endswith("(too many denials); an admin must resume it")
 
 
 @pytest.mark.parametrize(

@@ -13,13 +13,14 @@ import time
 import airlock_sdk  # installed by scripts/bootstrap from sdk/, as agent builders install it
 import pytest
 
-from tests.serving import agent_token, decide_when_pending, start_server, user_token
+from tests.serving import agent_token, decide_when_pending, manage, start_server, user_token
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("sdk") / "data"
     server = start_server(data_dir)
+    server.data_dir = data_dir
     server.reviewer = user_token(data_dir, "reviewer")
     server.agent_token = agent_token(
         data_dir, "billing-bot", "script.execute", "tool.call:billing.*"
@@ -209,3 +210,186 @@ def test_a_proposal_whose_answer_was_lost_is_asked_again_and_made_once(deploymen
     made = [p for p in page["items"] if p["parameters"]["code"] == marker]
     assert DropFirstAnswers.posts == ["/api/v1/proposals"] * 3  # two answers lost, the third read
     assert [p["id"] for p in made] == [proposal.id]  # made once: the key found it again
+
+
+# --- withdrawing, and proposals the server refuses for now -------------------------------
+
+
+def waited_until_withdrawn(airlock, deployment, until: str) -> tuple[float, list]:
+    """Withdraw a proposal while another client long-polls it (``until``): how long the
+    wait went on after the withdrawal, and what it raised."""
+    proposal = airlock.propose("tool.call", {"tool": f"billing.migrate_{until}", "arguments": {}})
+    ended: list[BaseException] = []
+
+    def wait() -> None:
+        with airlock_sdk.Airlock(deployment.base, deployment.agent_token) as waiter:
+            try:
+                waiter.wait(proposal, until=until, timeout=60)
+            except airlock_sdk.AirlockError as exc:
+                ended.append(exc)
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    time.sleep(0.5)  # the long-poll is under way
+    started = time.monotonic()
+    withdrawn = airlock.withdraw(proposal, reason="the migration is not needed")
+    assert (withdrawn.status, withdrawn.reason) == ("withdrawn", "the migration is not needed")
+    waiting.join(timeout=60)
+    return time.monotonic() - started, ended
+
+
+def test_a_withdrawn_proposal_ends_the_wait_on_it_and_cannot_be_withdrawn_twice(
+    airlock, deployment
+):
+    took, ended = waited_until_withdrawn(airlock, deployment, "decided")
+    assert took < 10  # the long-poll ended on it, not at its end (30 s)
+    (error,) = ended
+    assert isinstance(error, airlock_sdk.Withdrawn)
+    proposal = error.proposal
+    assert str(error) == f"proposal #{proposal.id} withdrawn: the migration is not needed"
+    with pytest.raises(airlock_sdk.Withdrawn):
+        airlock.wait(proposal.id)
+    with pytest.raises(airlock_sdk.ApiError) as twice:
+        airlock.withdraw(proposal.id)
+    assert (twice.value.status, twice.value.type) == (409, "conflict")
+    with (
+        airlock_sdk.Airlock(deployment.base, deployment.reviewer) as person,
+        pytest.raises(airlock_sdk.ApiError) as theirs,
+    ):
+        person.withdraw(airlock.propose("tool.call", {"tool": "billing.y", "arguments": {}}).id)
+    assert (theirs.value.status, theirs.value.type) == (404, "not_found")
+
+
+def test_a_wait_until_finished_ends_when_the_proposal_is_withdrawn(airlock, deployment):
+    took, ended = waited_until_withdrawn(airlock, deployment, "finished")
+    assert [type(error) for error in ended] == [airlock_sdk.Withdrawn]
+    assert took < 10
+
+
+def test_the_async_client_withdraws(deployment):
+    async def scenario():
+        async with airlock_sdk.AsyncAirlock(deployment.base, deployment.agent_token) as airlock:
+            proposal = await airlock.propose("tool.call", {"tool": "billing.z", "arguments": {}})
+            return await airlock.withdraw(proposal.id, "changed my mind")
+
+    withdrawn = asyncio.run(scenario())
+    assert (withdrawn.status, withdrawn.raw["withdraw_reason"]) == ("withdrawn", "changed my mind")
+
+
+@pytest.fixture(scope="module")
+def limited(deployment):
+    """Agents with limits of their own: one pending proposal (queue-bot), 30 proposals a
+    minute (burst-bot), and one an admin paused (paused-bot)."""
+    tokens = {
+        name: agent_token(deployment.data_dir, name, "tool.call")
+        for name in ("queue-bot", "burst-bot", "paused-bot")
+    }
+    overrides = {"queue-bot": {"max_pending": 1}, "burst-bot": {"max_proposals_per_minute": 30}}
+    manage(
+        deployment.data_dir,
+        "shell",
+        "-c",
+        f"from tests.conftest import use_policy; use_policy(agent_overrides={overrides!r})",
+    )
+    manage(deployment.data_dir, "agents", "pause", "paused-bot", "--reason", "runaway loop")
+    return tokens
+
+
+def soon(deployment, proposal_id: int, seconds: int) -> None:
+    """Make a pending proposal expire in ``seconds``: the server's Retry-After for a full
+    queue is the time until the agent's first pending proposal ends."""
+    manage(
+        deployment.data_dir,
+        "shell",
+        "-c",
+        "from datetime import timedelta; from django.utils import timezone; "
+        f"from approvals.models import Proposal; Proposal.objects.filter(pk={proposal_id})"
+        f".update(expires_at=timezone.now() + timedelta(seconds={seconds}))",
+    )
+
+
+def test_a_full_queue_is_waited_out_and_the_same_proposal_made_once_a_place_frees(
+    deployment, limited, caplog
+):
+    with airlock_sdk.Airlock(deployment.base, limited["queue-bot"]) as bot:
+        first = bot.propose("tool.call", {"tool": "queue.first", "arguments": {}})
+        assert first.status == "pending"
+        with pytest.raises(airlock_sdk.RateLimited) as full:
+            airlock_sdk.Airlock(deployment.base, limited["queue-bot"], rate_limit_wait=0).propose(
+                "tool.call", {"tool": "queue.second", "arguments": {}}
+            )
+        assert (full.value.status, full.value.type) == (429, "too_many_pending")
+        assert 1 <= full.value.retry_after <= 60 and "max_pending 1" in full.value.message
+        soon(deployment, first.id, 4)
+        freeing = threading.Timer(1, bot.withdraw, args=(first.id, "superseded"))
+        freeing.start()
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="airlock_sdk"):
+            second = bot.propose(
+                "tool.call", {"tool": "queue.second", "arguments": {}}, idempotency_key="q-2"
+            )
+        waited = time.monotonic() - started
+        freeing.join()
+    assert second.status == "pending" and second.raw["idempotency_key"] == "q-2"
+    assert 1 <= waited < 15
+    said = [r.getMessage() for r in caplog.records if r.name == "airlock_sdk"]
+    assert said and said[0].startswith("too_many_pending: retrying in ")
+    _, page = deployment.api("GET", "/api/v1/proposals?agent=queue-bot", token=deployment.reviewer)
+    tools = sorted((p["parameters"]["tool"], p["status"]) for p in page["items"])
+    assert tools == [("queue.first", "withdrawn"), ("queue.second", "pending")]
+
+
+def test_a_burst_past_the_rate_waits_its_retry_after_and_goes_through(deployment, limited, caplog):
+    with (
+        airlock_sdk.Airlock(deployment.base, limited["burst-bot"]) as bot,
+        airlock_sdk.Airlock(deployment.base, limited["burst-bot"], rate_limit_wait=0) as hasty,
+    ):
+        for n in range(60):  # the bucket's burst (30), and what refills meanwhile
+            try:
+                hasty.propose("tool.call", {"tool": f"burst.n{n}", "arguments": {}})
+            except airlock_sdk.RateLimited as refused:
+                assert (refused.type, refused.retry_after) in (
+                    ("rate_limited", 1),
+                    ("rate_limited", 2),
+                )
+                break
+        else:
+            raise AssertionError("60 proposals in a burst and none refused")
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="airlock_sdk"):
+            last = bot.propose("tool.call", {"tool": "burst.last", "arguments": {}})
+        waited = time.monotonic() - started
+    assert last.status == "pending"
+    assert 0.5 <= waited < 10
+    said = [r.getMessage() for r in caplog.records if r.name == "airlock_sdk"]
+    assert said and said[0].startswith("rate_limited: retrying in ")
+
+
+class CountPosts(DropFirstAnswers):
+    """The same front, dropping nothing: it counts the POSTs that reach the server."""
+
+    posts: list[str] = []  # noqa: RUF012 - set per test
+
+
+def test_a_paused_agent_is_refused_at_once_and_never_retried(deployment, limited):
+    CountPosts.upstream = deployment.base.removeprefix("http://").rstrip("/")
+    CountPosts.drops, CountPosts.posts = 0, []
+    front = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CountPosts)
+    threading.Thread(target=front.serve_forever, daemon=True).start()
+    started = time.monotonic()
+    try:
+        with (
+            airlock_sdk.Airlock(
+                f"http://127.0.0.1:{front.server_port}", limited["paused-bot"]
+            ) as bot,
+            pytest.raises(airlock_sdk.Paused) as paused,
+        ):
+            bot.propose("tool.call", {"tool": "loop.again", "arguments": {}})
+    finally:
+        front.shutdown()
+    assert time.monotonic() - started < 5
+    assert CountPosts.posts == ["/api/v1/proposals"]  # once
+    assert (paused.value.status, paused.value.type) == (423, "agent_paused")
+    assert (
+        "runaway loop" in paused.value.message and "an admin must resume it" in paused.value.message
+    )

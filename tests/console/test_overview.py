@@ -76,10 +76,12 @@ def test_the_figures_match_a_history_counted_by_hand(seeded):
         "denied": 1,
         "rejected": 1,
         "expired": 1,
+        "withdrawn": 0,
     }
     assert (view.by_policy, view.by_people) == (4, 3)
     assert view.per_day[timezone.localdate() - timedelta(days=2)] == {
-        "auto": 3, "approved": 0, "pending": 0, "denied": 1, "rejected": 0, "expired": 0
+        "auto": 3, "approved": 0, "pending": 0, "denied": 1, "rejected": 0, "expired": 0,
+        "withdrawn": 0,
     }  # fmt: skip
     assert sum(view.per_day[timezone.localdate()].values()) == 2
     # Reviewers took 10, 20 and 30 minutes: nearest-rank median 20, p95 30.

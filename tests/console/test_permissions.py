@@ -20,6 +20,7 @@ VIEWS = [
     ("proposal", {"pk": "proposal"}, "get", None, False),
     ("decide", {"pk": "proposal", "kind": "approve"}, "post", {"comment": "ok"}, False),
     ("break-glass-reviewed", {"pk": "proposal"}, "post", {}, False),
+    ("reveal", {"pk": "proposal"}, "post", {}, False),
     ("history", {}, "get", None, False),
     ("profile", {}, "get", None, False),
     ("profile", {}, "post", {"console": "on", "bands": ["high"]}, False),
@@ -34,13 +35,17 @@ VIEWS = [
     ("teams", {}, "get", None, True),
     ("agents", {}, "get", None, True),
     ("agent-action", {"pk": "agent", "operation": "revoke"}, "post", {}, True),
+    ("agent-action", {"pk": "agent", "operation": "pause"}, "post", {"reason": "r"}, True),
+    ("agent-action", {"pk": "agent", "operation": "resume"}, "post", {"reason": "r"}, True),
+    ("agents-all", {"operation": "pause"}, "post", {"reason": "r"}, True),
+    ("agents-all", {"operation": "resume"}, "post", {"reason": "r"}, True),
     ("upstreams", {}, "get", None, True),
     ("users", {}, "get", None, True),
     ("set-reviewer", {"pk": "outsider", "operation": None}, "post", {"reviewer": "on"}, True),
     ("audit", {}, "get", None, True),
     ("deliveries", {}, "get", None, True),
 ]
-IDS = [f"{view[0]}-{view[2]}" for view in VIEWS]
+IDS = ["-".join(filter(None, (view[0], view[1].get("operation"), view[2]))) for view in VIEWS]
 
 
 @pytest.fixture
@@ -69,6 +74,7 @@ def state(objects: dict) -> tuple:
         Proposal.objects.get(pk=objects["proposal"].pk).status,
         Execution.objects.get(pk=objects["execution"].pk).status,
         Agent.objects.get(pk=objects["agent"].pk).is_active,
+        Agent.objects.get(pk=objects["agent"].pk).paused_at,
         objects["outsider"].groups.count(),
         ReviewerPreferences.objects.count(),
     )

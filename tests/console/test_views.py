@@ -393,7 +393,11 @@ def test_the_history_page_query_uses_an_index(some_history):
     plan = page.object_list.explain()
     assert "USING INDEX proposal_agent_recent" in plan, plan
     _, page = history_page({})
-    assert "proposal_recent" in page.object_list.explain()
+    plan = page.object_list.explain()
+    # Walked in created_at order by an index that leads with it (which one is SQLite's
+    # choice from the statistics), never sorted whole.
+    assert "proposal_recent" in plan or "proposal_outcomes" in plan, plan
+    assert "TEMP B-TREE FOR ORDER BY" not in plan, plan
 
 
 @pytest.mark.django_db

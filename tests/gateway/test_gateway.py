@@ -150,27 +150,82 @@ def test_a_call_policy_denies_never_reaches_upstream(gateway):
     assert gateway.calls("up", "refund") == []
 
 
-def test_a_call_made_again_with_its_key_waits_again_and_then_answers_the_first_answer(gateway):
+def test_a_call_whose_wait_runs_out_is_withdrawn_and_never_reaches_upstream(gateway):
+    gateway.policy()
+    token = gateway.agent("impatient", "tool.call:up.*")
+    arguments = {"text": "nobody waits", "idempotency_key": "echo-late", "wait_seconds": 1}
+    first = run(call(gateway, token, "up__echo", arguments))
+    assert first.is_error is True and first.meta["airlock"]["status"] == "withdrawn"
+    pk = first.meta["airlock"]["proposal_id"]
+    assert text_of(first) == (
+        f'Proposal {pk} (up.echo(text="nobody waits")) was withdrawn: the gateway stopped '
+        "waiting after 1 s. The upstream was not called. To propose the call anew, call this "
+        "tool again with a longer wait_seconds (and a new idempotency_key, if you gave one)."
+    )
+    late = gateway.served.server.api(
+        "POST", f"/api/v1/proposals/{pk}/approve", {}, token=gateway.reviewer
+    )
+    assert late[0] == 409  # a reviewer cannot approve a call nobody waits for
+    again = run(call(gateway, token, "up__echo", arguments))  # the key finds it: withdrawn
+    assert again.is_error is True
+    assert again.meta["airlock"] == {"proposal_id": pk, "status": "withdrawn"}
+    assert not [c for c in gateway.calls("up", "echo") if c["arguments"]["text"] == "nobody waits"]
+
+
+def test_a_call_made_again_with_its_key_after_its_approval_answers_the_first_answer(gateway):
     gateway.policy()
     token = gateway.agent("patient", "tool.call:up.*")
-    arguments = {"text": "once only", "idempotency_key": "echo-1", "wait_seconds": 0}
+    arguments = {"text": "once only", "idempotency_key": "echo-1", "wait_seconds": 30}
+    approver = in_background(gateway, "up.echo", "approve")
     first = run(call(gateway, token, "up__echo", arguments))
-    assert first.is_error is True and first.meta["airlock"]["status"] == "pending"
-    assert "same arguments and idempotency_key" in text_of(first)
-    assert gateway.calls("up", "echo") == [] or all(
-        c["arguments"]["text"] != "once only" for c in gateway.calls("up", "echo")
-    )
-    gateway.decide("up.echo", "approve")
+    approver.join()
     again = run(call(gateway, token, "up__echo", arguments))
-    once_more = run(call(gateway, token, "up__echo", arguments))
-    assert text_of(again) == text_of(once_more) == "echo: once only"
-    assert again.structured_content == once_more.structured_content == {"result": "echo: once only"}
+    assert text_of(first) == text_of(again) == "echo: once only"
+    assert first.structured_content == again.structured_content == {"result": "echo: once only"}
     made = [c for c in gateway.calls("up", "echo") if c["arguments"]["text"] == "once only"]
     assert len(made) == 1
     changed = run(call(gateway, token, "up__echo", {**arguments, "text": "something else"}))
     assert changed.is_error is True and "key 'echo-1' was already used for proposal" in text_of(
         changed
     )
+
+
+def test_a_call_the_agent_may_not_propose_now_is_a_tool_error_and_never_reaches_upstream(
+    gateway,
+):
+    full, paused = (
+        gateway.agent("gw-full", "tool.call:up.*"),
+        gateway.agent("gw-paused", "tool.call"),
+    )
+    served = gateway.served
+    overrides = {"gw-full": {"max_pending": 1}}
+    served.manage(
+        "shell",
+        "-c",
+        "from approvals.policy.rules import DEFAULT_POLICY, update_policy; "
+        f"update_policy({{**DEFAULT_POLICY, 'agent_overrides': {overrides!r}}}, None, 'test', "
+        "actor='test')",
+    )
+    served.manage("agents", "pause", "gw-paused", "--reason", "runaway loop")
+    status, held = served.server.api(
+        "POST",
+        "/api/v1/proposals",
+        {"action": "tool.call", "parameters": {"tool": "up.add", "arguments": {"a": 1, "b": 2}}},
+        token=full,
+    )
+    assert status == 201 and held["status"] == "pending", held
+    refused = run(call(gateway, full, "up__echo", {"text": "one too many"}))
+    assert refused.is_error is True
+    error = refused.structured_content["error"]
+    assert error["type"] == "too_many_pending" and 1 <= error["retry_after"] <= 60
+    assert text_of(refused).startswith("too_many_pending: agent gw-full has 1 proposals waiting")
+    assert text_of(refused).endswith(f"; try again in {error['retry_after']} s")
+    stopped = run(call(gateway, paused, "up__echo", {"text": "one too many"}))
+    assert stopped.is_error is True and stopped.structured_content["error"]["type"] == (
+        "agent_paused"
+    )
+    assert text_of(stopped).endswith("(runaway loop); an admin must resume it; do not retry")
+    assert not [c for c in gateway.calls("up", "echo") if c["arguments"]["text"] == "one too many"]
 
 
 def test_the_upstreams_own_error_comes_back_as_it_gave_it_and_the_execution_failed(gateway):

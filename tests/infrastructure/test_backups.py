@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from tests.serving import FOREIGN_ENV, ROOT, manage, start_server
+from tests.serving import FOREIGN_ENV, ROOT, lift_agent_limits, manage, start_server
 
 
 def run(data_dir, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -35,6 +35,7 @@ def count(data_dir, model: str) -> int:
 def backed_up_while_proposing(data, destination, env: dict | None = None) -> tuple[str, list[int]]:
     """``manage.py backup --verify`` while an agent proposes: what it said, each proposal's status."""
     server = start_server(data, extra_env=env)
+    lift_agent_limits(data, env)  # it proposes as fast as it can, past max_proposals_per_minute
     stop, made = threading.Event(), []
 
     def keep_proposing():

@@ -31,7 +31,7 @@ async def test_it_lists_only_the_tools_the_tokens_capabilities_allow(served):
         demo = await names(client)
     scripts_only = served.new_agent("scripts-only", "script.execute")
     async with connect(served.url, scripts_only) as client:
-        assert await names(client) == {"script_execute"} | READ_TOOLS
+        assert await names(client) == {"script_execute", "withdraw"} | READ_TOOLS
     # The demo agent: script.execute, sandbox.*, docker.*, host.service_status.
     assert {"script_execute", "sandbox_execute", "sandbox_create", "docker_stop_container"} <= demo
     assert "host_service_status" in demo

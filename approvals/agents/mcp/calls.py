@@ -31,11 +31,13 @@ from approvals.agents.mcp.tools import (
     SessionArguments,
     SessionCreateArguments,
     ToolDef,
+    WithdrawArguments,
     action_tools,
 )
 from approvals.agents.waiting import fingerprint_of, watcher
 from approvals.choices import ProposalStatus
-from approvals.core import services
+from approvals.core import services, withdrawal
+from approvals.guard.admission import Refused
 from executions import services as executions
 from executions import sessions
 from executions.actions import ActionSpec
@@ -49,11 +51,16 @@ SESSION_POLL_SECONDS = 0.1
 
 
 class ToolError(Exception):
-    """A call that cannot be honoured; the message is what the model reads."""
+    """A call that cannot be honoured; the message is what the model reads, ``structured``
+    what a program reads (a refusal's type and Retry-After)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, structured: dict | None = None):
         super().__init__(message)
         self.message = message
+        self.structured = structured
+
+    def answer(self) -> types.CallToolResult:
+        return results.answer(self.message, self.structured, error=True)
 
 
 async def run(call: Call, tool: ToolDef, arguments: dict) -> types.CallToolResult:
@@ -61,7 +68,7 @@ async def run(call: Call, tool: ToolDef, arguments: dict) -> types.CallToolResul
     try:
         return await tool.run(call, arguments)
     except ToolError as exc:
-        return results.tool_error(exc.message)
+        return exc.answer()
     except ApiError as exc:
         return results.tool_error(str(exc.detail))
 
@@ -131,6 +138,19 @@ def submitted(agent, payload: dict) -> services.Submission:
         raise ToolError(f"invalid arguments: {error_text(exc.detail)}") from None
     except services.ProposalError as exc:
         raise ToolError(exc.message) from None
+    except Refused as refusal:
+        raise refused(refusal) from None
+
+
+def refused(refusal: Refused) -> ToolError:
+    """A proposal the agent may not make now (429, 423) as the tool error that says so: its
+    type, and how long to wait (429) or that waiting will not help (423)."""
+    if refusal.retry_after is not None:
+        then = f"try again in {refusal.retry_after} s"
+    else:
+        then = "do not retry"  # paused: until an admin resumes the agent
+    error = {"type": refusal.kind, "message": refusal.message, "retry_after": refusal.retry_after}
+    return ToolError(f"{refusal.kind}: {refusal.message}; {then}", {"error": error})
 
 
 _submit = on_thread(submitted)
@@ -208,12 +228,31 @@ def _execution_data(principal: Principal, pk: int) -> dict:
     return results.jsonable(execution_data(principal.user, pk))
 
 
-# --- reading and cancelling ------------------------------------------------------------
+def withdrawn(principal: Principal, pk: int, reason: str) -> dict:
+    """The agent's pending proposal ``pk`` withdrawn, as the API answers it; a ``ToolError``
+    if it is not the agent's (to others it does not exist) or no longer pending."""
+    unknown = f"proposal {pk} does not exist or is not visible to you"
+    if principal.agent is None:
+        raise ToolError(unknown)
+    try:
+        withdrawal.withdraw(principal.agent, pk, reason)
+    except services.ProposalError as exc:
+        raise ToolError(unknown if exc.kind == "not_found" else exc.message) from None
+    return dict(proposal_data(principal.user, pk))
+
+
+# --- reading, withdrawing and cancelling -------------------------------------------------
 
 
 async def get_proposal(call: Call, arguments: dict) -> types.CallToolResult:
     data = validated(ProposalArguments, arguments)
     return await settle(call, data["proposal_id"], data["wait_seconds"])
+
+
+async def withdraw(call: Call, arguments: dict) -> types.CallToolResult:
+    data = validated(WithdrawArguments, arguments)
+    proposal = await on_thread(withdrawn)(call.principal, data["proposal_id"], data["reason"])
+    return results.withdrawn_answer(proposal)
 
 
 async def get_execution(call: Call, arguments: dict) -> types.CallToolResult:
@@ -359,10 +398,20 @@ def all_tools() -> list[ToolDef]:
             "get_proposal",
             "The state of a proposal (one an action tool made): waits up to wait_seconds for its "
             "decision and run, then answers as the action call would have: the result when it "
-            "finished, a tool error when it was denied, rejected, expired or failed, or the "
-            "status when it is still on its way.",
+            "finished, a tool error when it was denied, rejected, expired, withdrawn or failed, "
+            "or the status when it is still on its way.",
             ProposalArguments,
             get_proposal,
+        ),
+        ToolDef(
+            "withdraw",
+            "Withdraw a pending proposal of yours that you no longer need (the task changed, "
+            "you stopped waiting): it becomes `withdrawn`, a final state, nothing runs and "
+            "reviewers no longer see it waiting. Give a reason for the audit trail. Refused "
+            "once it was decided.",
+            WithdrawArguments,
+            withdraw,
+            "proposer",
         ),
         read(
             "get_execution",

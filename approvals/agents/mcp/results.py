@@ -6,8 +6,9 @@ and ``execution`` are the objects ``GET /api/v1/proposals/{id}`` and
 ``GET /api/v1/executions/{id}`` answer, and ``result`` (once the run ended)
 the one ``?until=finished`` carries inline, so the result contract (stdout,
 stderr, exit code, truncated, backend, provenance) reads the same over MCP
-as over REST. An outcome that is not a success is a tool error, with the
-reason or the reviewer's comment in its text.
+as over REST. An outcome that is not a success (denied, rejected, expired,
+withdrawn, failed) is a tool error, with the reason or the reviewer's comment
+in its text.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from approvals.agents.api import result_of
 from approvals.choices import DecisionKind, ProposalStatus
 from executions.choices import TERMINAL, ExecutionStatus
 
+# Decided against (or taken back): nothing will run. A tool error, with the reason.
+ENDED = (
+    ProposalStatus.DENIED,
+    ProposalStatus.REJECTED,
+    ProposalStatus.EXPIRED,
+    ProposalStatus.WITHDRAWN,
+)
 STREAM_TAIL_CHARS = 4000  # of stdout and stderr in the summary; the structured content has all
 
 
@@ -55,8 +63,7 @@ def outcome(proposal: dict, execution: dict | None, waited: float | None = None)
         # the shape ?until=finished answers with over REST (and the SDK reads)
         "result": result_of(execution) if execution and execution["status"] in TERMINAL else None,
     }
-    status = proposal["status"]
-    if status in (ProposalStatus.DENIED, ProposalStatus.REJECTED, ProposalStatus.EXPIRED):
+    if proposal["status"] in ENDED:
         return answer(refusal_text(proposal), structured, error=True)
     if execution is None or execution["status"] not in TERMINAL:
         return answer(still_waiting_text(proposal, execution, waited), structured)
@@ -101,6 +108,8 @@ def refusal_text(proposal: dict) -> str:
         return f"{head} was denied by policy: {proposal['decision_path'].get('reason', '')}"
     if status == ProposalStatus.EXPIRED:
         return f"{head} expired: no reviewer decided before the review timeout."
+    if status == ProposalStatus.WITHDRAWN:
+        return f"{head} was withdrawn: {proposal.get('withdraw_reason') or 'no reason given'}."
     rejection = next(
         (d for d in reversed(proposal["decisions"]) if d["kind"] == DecisionKind.REJECT), None
     )
@@ -108,6 +117,18 @@ def refusal_text(proposal: dict) -> str:
         return f"{head} was rejected."
     comment = rejection["comment"] or "(no comment)"
     return f"{head} was rejected by {rejection['reviewer']}: {comment}"
+
+
+def withdrawn_answer(proposal: dict) -> types.CallToolResult:
+    """``withdraw``: the proposal taken back (what the caller asked for: not an error)."""
+    why = proposal.get("withdraw_reason") or "no reason given"
+    text = f"Proposal {proposal['id']} ({proposal['summary']}) is withdrawn ({why}); nothing runs."
+    structured = {
+        "outcome": proposal["status"],
+        "proposal_id": proposal["id"],
+        "proposal": proposal,
+    }
+    return answer(text, structured)
 
 
 def still_waiting_text(

@@ -30,8 +30,10 @@ INSTRUCTIONS = (
     "it at once, deny it, or hold it for human reviewers, and approved work runs in a sandbox or "
     "on a worker. A call returns when the run ends, with stdout, stderr and the exit code. Give a "
     "reason reviewers can judge, and an idempotency_key whenever you might retry. If a call "
-    "returns a proposal that is still pending, call get_proposal with its id later. You cannot "
-    "approve or reject proposals: people do."
+    "returns a proposal that is still pending, call get_proposal with its id later, or "
+    "withdraw it once you no longer need it. A refusal to propose (too_many_pending, "
+    "rate_limited) says how many seconds to wait; agent_paused means an admin must resume "
+    "you. You cannot approve or reject proposals: people do."
 )
 
 _catalog: Catalog | None = None

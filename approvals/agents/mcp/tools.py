@@ -4,7 +4,7 @@ One tool per action of the catalog, generated from its ``ActionSpec``: the
 input schema is the action's parameter serializer plus the proposal's
 envelope (``reason``, ``urgency``, ``idempotency_key``) and ``wait_seconds``.
 Beside them: the sandbox session tools, and the tools that read proposals
-and executions, cancel an execution and list capabilities. There is no tool
+and executions, withdraw a proposal, cancel an execution and list capabilities. There is no tool
 that approves or rejects: deciding is for people, in the console or with a
 reviewer's own token on the REST API.
 """
@@ -69,6 +69,16 @@ class ProposalArguments(serializers.Serializer):
     wait_seconds = _wait_field()
 
 
+class WithdrawArguments(serializers.Serializer):
+    proposal_id = serializers.IntegerField(min_value=1, help_text="The id a tool call returned.")
+    reason = serializers.CharField(
+        max_length=500,
+        allow_blank=True,
+        default="",
+        help_text="Why it is no longer needed; reviewers and the audit trail read it.",
+    )
+
+
 class ExecutionArguments(serializers.Serializer):
     execution_id = serializers.IntegerField(min_value=1, help_text="The execution's id.")
 
@@ -98,7 +108,9 @@ class ToolDef:
     description: str
     arguments: type[serializers.Serializer]  # validates what the tool is called with
     run: Run
-    audience: str  # "agent" (needs the capability), "reader" (agents and reviewers), "anyone"
+    # "agent" (needs the capability), "proposer" (any agent), "reader" (agents and
+    # reviewers), "anyone"
+    audience: str
     capability: str | None = None
     read_only: bool = False
     spec: ActionSpec | None = None  # set on the tools that propose an action
@@ -106,6 +118,8 @@ class ToolDef:
     def visible_to(self, principal: Principal) -> bool:
         if self.audience == "agent":
             return principal.may(self.capability or "")
+        if self.audience == "proposer":
+            return principal.agent is not None
         if self.audience == "reader":
             return principal.agent is not None or principal.reviewer
         return True
@@ -156,9 +170,12 @@ HOW_A_CALL_GOES = (
     "reviewers. The call waits for the decision and the run (progress notifications say what it "
     "is waiting for, then stream the output) and returns the result: stdout, stderr, exit code, "
     "whether output was truncated, the sandbox backend and the provenance. A denied, rejected, "
-    "expired or failed proposal is a tool error whose message gives the reason or the "
-    "reviewer's comment. If wait_seconds run out first, it returns the proposal id and status: "
-    "call get_proposal with that id to wait again or read the result."
+    "expired, withdrawn or failed proposal is a tool error whose message gives the reason or "
+    "the reviewer's comment. If wait_seconds run out first, it returns the proposal id and "
+    "status: call get_proposal with that id to wait again or read the result, or withdraw it "
+    "if you no longer need it. Refused for now (too_many_pending, rate_limited), it is a tool "
+    "error that says how many seconds to wait before trying again; agent_paused means an "
+    "admin must resume you first."
 )
 
 

@@ -45,7 +45,7 @@ class Command(BaseCommand):
     def _apply(self, file: str, comment: str = "", **_) -> None:
         text = read_file(file)
         try:
-            version = policy_text.apply_text(text, comment=comment, actor=_cli_actor())
+            version = policy_text.apply_text(text, comment=comment, actor=cli_actor())
         except policy_text.PolicyTextError as exc:
             raise CommandError(_problems(file, exc)) from None
         self.stdout.write(f"policy version {version.version} is now in force")
@@ -71,7 +71,7 @@ def read_file(file: str) -> str:
         raise CommandError(f"cannot read {file}: {exc}") from None
 
 
-def _cli_actor() -> str:
+def cli_actor() -> str:
     try:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):  # no name for this uid

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.gateway import config, connections
 from approvals.gateway.models import Upstream
-from approvals.management.commands.policy import _cli_actor, read_file
+from approvals.management.commands.policy import cli_actor, read_file
 
 
 class Command(BaseCommand):
@@ -45,7 +45,7 @@ class Command(BaseCommand):
     def _apply(self, file: str, **_) -> None:
         text = read_file(file)
         try:
-            changes = config.apply(text, _cli_actor())
+            changes = config.apply(text, cli_actor())
         except config.ConfigError as exc:
             problems = "\n".join(f"  {problem}" for problem in exc.problems)
             raise CommandError(f"{file} was not applied:\n{problems}") from None

@@ -27,6 +27,7 @@ STATUS = {
     ProposalStatus.REJECTED: "Rejected :x:",
     ProposalStatus.EXPIRED: "Expired :hourglass: nobody decided in time",
     ProposalStatus.DENIED: "Denied by policy",
+    ProposalStatus.WITHDRAWN: "Withdrawn by the agent :leftwards_arrow_with_hook: nothing will run",
 }
 
 
