@@ -365,10 +365,11 @@ def test_saving_the_editor_unchanged_keeps_what_was_set_over_the_api(admin_clien
 @pytest.mark.django_db
 def test_the_editor_sets_the_limits_and_the_patterns(admin_client_):
     current_policy()
+    lines = "acme_[0-9a-f]{32}\r\n\r\n  spaced (\\d+)\r\n"  # one regex a line, blanks skipped
     data = editor_post_with_text(
         admin_client_,
         max_proposals_per_minute="30",
-        secret_patterns="acme_[0-9a-f]{32}\r\n\r\n  spaced (\\d+)\r\n",
+        secret_patterns=lines,
         **{
             "overrides-0-agent": "bot",
             "overrides-0-pause_after_rejections": "2",
