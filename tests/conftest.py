@@ -12,6 +12,8 @@ from rest_framework.test import APIClient
 from accounts.roles import REVIEWERS_GROUP
 from approvals.core.tokens import create_agent, create_user_token
 
+pytest_plugins = ["tests.server_errors"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _data_dirs():

@@ -96,6 +96,7 @@ def test_a_slash_command_is_checked_the_same_way(slack):
 
 
 @pytest.mark.django_db
+@pytest.mark.server_error_expected("503: Slack is not configured")
 def test_without_a_signing_secret_the_endpoints_are_unavailable(settings):
     settings.SLACK_SIGNING_SECRET = ""
     response = slack_signed(Client(), INTERACTIVITY, "payload=%7B%7D", "")

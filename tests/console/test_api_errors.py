@@ -89,6 +89,7 @@ def test_pages_outside_the_api_keep_their_html(client, debug):
 # --- the database away ------------------------------------------------------------------
 
 
+@pytest.mark.server_error_expected("503: the database is away")
 def test_it_answers_503_with_retry_after_while_the_database_is_away(agent_api, debug, monkeypatch):
     from django.db import OperationalError, connections
 
@@ -105,6 +106,7 @@ def test_it_answers_503_with_retry_after_while_the_database_is_away(agent_api, d
     assert agent_api.get("/api/v1/capabilities").status_code == 200
 
 
+@pytest.mark.server_error_expected("503: the database is away")
 def test_a_proposal_cut_off_by_the_database_leaves_nothing_behind(agent_api, monkeypatch):
     from django.db import InterfaceError
 
