@@ -3,7 +3,8 @@
 Owns the database backends (``sqlite``: writers queued, the log checkpointed beside
 them; ``postgres``: pooled connections checked cheaply), queries compiled once
 (``prepared``), substring search over a table's text on either database
-(``text_index``), the append order of append-only tables (``appends``), the
+(``text_index``), the ids a URL takes (``converters``: ``<id:…>``, what a 64-bit
+key holds), the append order of append-only tables (``appends``), the
 embedded deployment's wake-ups (``doorbell``), Celery broker (``broker``) and
 channel layer (``channel_layers``, with its one table), the one function that
 puts a task on the broker (``enqueue``), Django's HTTP side under ASGI

@@ -63,6 +63,9 @@ class _PerConnection:
         raise NotImplementedError
 
 
+KEY_LIMIT = 2**63  # a 64-bit key holds less
+
+
 class Prepared(_PerConnection):
     """A ``.values()`` queryset of ``build(**arguments)``, compiled once per connection."""
 
@@ -80,6 +83,11 @@ class Prepared(_PerConnection):
         raise TypeError(f"argument {name}: only int and str arguments can be prepared")
 
     def rows(self, **arguments) -> list[dict]:
+        if any(
+            isinstance(value, int) and not -KEY_LIMIT <= value < KEY_LIMIT
+            for value in arguments.values()
+        ):
+            return []  # no key holds it (as the ORM answers; SQLite would overflow)
         connection = connections[self.using]
         compiled = self._compiled_on(connection)
         params = list(compiled.params)

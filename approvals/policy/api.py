@@ -108,7 +108,7 @@ class PolicyExport(APIView):
     def get(self, request):
         _may_read(request.user)
         raw = request.query_params.get("version")
-        if raw not in (None, "") and not raw.isdigit():
+        if raw not in (None, "") and not (raw.isascii() and raw.isdigit()):
             raise ApiError(400, "validation_error", f"version must be a number, got {raw!r}")
         try:
             text = policy_text.version_text(int(raw) if raw else None)

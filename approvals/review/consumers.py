@@ -198,6 +198,6 @@ class QueueConsumer(AsyncWebsocketConsumer):
 
 def _proposal_id(query_string: bytes) -> int | None:
     values = parse_qs(query_string.decode("latin-1")).get("proposal")
-    if not values or not values[0].isdigit():
+    if not values or not (values[0].isascii() and values[0].isdigit()):
         return None
     return int(values[0])

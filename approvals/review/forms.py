@@ -60,8 +60,9 @@ def _search(text: str) -> Q:
         | Q(action__icontains=text)
         | Q(agent__name__icontains=text)
     )
-    if text.lstrip("#").isdigit():
-        match |= Q(pk=int(text.lstrip("#")))
+    number = text.lstrip("#")
+    if number.isascii() and number.isdigit() and int(number) < 2**63:  # "²" is a digit too
+        match |= Q(pk=int(number))
     return match
 
 

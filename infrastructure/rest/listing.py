@@ -88,13 +88,14 @@ def decode_cursor(order: Order, cursor: str) -> list:
     if not isinstance(key, list) or len(key) != len(order.fields):
         raise bad
     values = []
-    for value in key:
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise bad
-        if isinstance(value, str):
-            value = parse_datetime(value)
+    for (field, _), value in zip(order.fields, key, strict=True):
+        # A time (``*_at``) travels as ISO text, anything else is a number a key holds.
+        if field.endswith("_at"):
+            value = parse_datetime(value) if isinstance(value, str) else None
             if value is None:
                 raise bad
+        elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise bad
         values.append(value)
     return values
 

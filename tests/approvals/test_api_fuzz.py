@@ -377,3 +377,26 @@ def test_a_served_log_is_read_for_server_errors_once(tmp_path):
         "2026-11-27 10:00:03,000 ERROR django.request Service Unavailable: /healthz"
     ]
     assert server.server_errors() == []
+
+
+@pytest.mark.django_db
+def test_digits_that_are_not_ascii_and_cursors_made_by_hand_are_refused_not_500(
+    api, reviewer_api, reviewer
+):
+    """A "²" is a digit to str.isdigit() and not to int(); a cursor's key must have its fields'
+    types (a time where the order has a time)."""
+    import base64
+
+    from tests.console.conftest import logged_in
+
+    assert_clean(reviewer_api.get("/api/v1/policy/export", {"version": "²"}))
+    console = logged_in(reviewer)
+    for path in ("/queue/", "/history/"):
+        assert console.get(path, {"q": "²"}).status_code == 200
+        assert console.get(path, {"q": "#" + "9" * 30}).status_code == 200
+    for key in ([1, 2], ["2026-01-01T00:00:00Z", "x"], ["2026-01-01T00:00:00Z", 2**70]):
+        raw = json.dumps(["newest", key]).encode()
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        answer = api.get("/api/v1/proposals", {"cursor": cursor})
+        assert answer.status_code == 400, answer.content
+        assert_clean(answer)

@@ -221,3 +221,13 @@ def test_a_prepared_update_answers_nothing_when_the_guard_fails():
 def test_a_prepared_update_sets_only_columns_of_its_own_table():
     with pytest.raises(TypeError, match="not a column"):
         PreparedUpdate(Proposal).returning({"pk": 1}, decisions=[])
+
+
+@pytest.mark.django_db
+def test_an_int_no_key_holds_finds_no_row_as_the_orm_would():
+    """SQLite overflows on an int past 64 bits; the ORM answers "no rows", and so does this."""
+    from approvals.agents.api import _proposal_row
+
+    for pk in (2**63, 10**40, -(2**63) - 1):
+        assert _proposal_row.first(pk=pk) is None
+    assert _proposal_row.first(pk=2**63 - 1) is None  # the largest key: a query, no error

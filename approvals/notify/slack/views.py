@@ -45,7 +45,7 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
         return json_error(503, "not_configured", "Slack is not configured (SLACK_SIGNING_SECRET)")
     timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
     signature = request.headers.get("X-Slack-Signature", "")
-    if not timestamp.isdigit():
+    if not (timestamp.isascii() and timestamp.isdigit()):
         return json_error(401, "invalid_signature", "no X-Slack-Request-Timestamp")
     try:
         body = request.body.decode("utf-8")
@@ -111,7 +111,7 @@ def _text(data: dict, *path: str) -> str:
 
 
 def _proposal_id(value: object) -> int:
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
