@@ -118,7 +118,19 @@ def agent(stack: Stack) -> Agent:
     token = stack.manage(
         "create_agent", "scale-agent", "--capability", "script.execute", "--capability", "host.*"
     )
+    # The suite's one agent leaves many proposals waiting and proposes in bursts: past the
+    # limits that keep a runaway agent from flooding reviewers (approvals.guard).
+    stack.manage("shell", "-c", LIFT_LIMITS)
     return Agent(stack.url, token)
+
+
+LIFT_LIMITS = (
+    "from approvals.policy.rules import current_policy, update_policy; "
+    "d = current_policy().as_data(); "
+    "d['agent_overrides']['scale-agent'] = "
+    "{'max_pending': 100000, 'max_proposals_per_minute': 100000}; "
+    "update_policy(d, comment='scale suite: no limits for its agent', actor='system')"
+)
 
 
 @pytest.fixture(scope="session")

@@ -13,9 +13,10 @@ import pytest
 
 from .stack import Agent, Stack, wait_for
 
-POLICY = (
-    "from approvals.policy.rules import DEFAULT_POLICY, update_policy; "
-    "update_policy({{**DEFAULT_POLICY, **{changes}}}, None, 'scale suite', actor='scale')"
+POLICY = (  # the default with changes, keeping the agents' overrides (the suite's limits)
+    "from approvals.policy.rules import DEFAULT_POLICY, current_policy, update_policy; "
+    "kept = {{'agent_overrides': current_policy().as_data()['agent_overrides']}}; "
+    "update_policy({{**DEFAULT_POLICY, **kept, **{changes}}}, None, 'scale suite', actor='scale')"
 )
 ROUTES = {
     "teams": {"finance": {"members": ["fiona"]}, "sre": {"members": ["reviewer2"]}},
