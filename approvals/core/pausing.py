@@ -46,7 +46,7 @@ def _change(names, actor: str, reason: str, *, pausing: bool, **audit) -> list[s
     reason = reason.strip()[:500]
     now = timezone.now()
     with transaction.atomic():
-        agents = Agent.objects.select_for_update().filter(is_active=True)
+        agents = Agent.objects.select_for_update(no_key=True).filter(is_active=True)
         if names is not None:
             agents = agents.filter(name__in=names)
             unknown = sorted(set(names) - set(agents.values_list("name", flat=True)))
@@ -77,7 +77,7 @@ def _change(names, actor: str, reason: str, *, pausing: bool, **audit) -> list[s
 
 def after_rejection(proposal: Proposal, policy: Policy) -> bool:
     """Inside a rejection's transaction: pause its agent if that made its streak long enough."""
-    agent = Agent.objects.select_for_update().get(pk=proposal.agent_id)
+    agent = Agent.objects.select_for_update(no_key=True).get(pk=proposal.agent_id)
     if not streak.pauses(agent, policy.for_agent(agent.name)):
         return False
     count = policy.for_agent(agent.name).pause_after_rejections

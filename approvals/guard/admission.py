@@ -7,6 +7,12 @@ again inside the transaction that inserts it, on the row locked
 ``max_pending`` holds exactly however many processes take them). Only the
 second spends a token of the bucket, written in that same transaction: a
 proposal that is not made spends nothing.
+
+The lock is PostgreSQL's FOR NO KEY UPDATE, not FOR UPDATE: a transaction
+that wrote a row referencing the agent (a decision's execution, an outbox
+row) checks that reference at COMMIT with FOR KEY SHARE on the agent's row,
+which FOR UPDATE blocks. It may hold the audit's append lock by then, which
+the admitting transaction waits for next: a deadlock, each answered 503.
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ def check(agent: Agent, policy: Policy, now: datetime, *, spend: bool) -> None:
 def locked(agent: Agent) -> Agent:
     """The agent's row, locked until the transaction ends (call inside it)."""
     assert transaction.get_connection().in_atomic_block
-    return Agent.objects.select_for_update().get(pk=agent.pk)
+    return Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)
 
 
 def _pending(agent: Agent, limit: int) -> int:

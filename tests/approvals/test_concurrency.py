@@ -88,3 +88,48 @@ def test_a_concurrent_approve_and_reject_leave_one_outcome(agent, reviewer, revi
     assert proposal.status in ("approved", "rejected")
     assert Execution.objects.count() == (1 if proposal.status == "approved" else 0)
     assert Decision.objects.count() == 1
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's row locks")
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_held_for_admission_does_not_block_a_row_that_refers_to_it(agent):
+    """A proposal being admitted locks its agent's row; a decision committing meanwhile checks
+    its rows' references to that agent (FOR KEY SHARE at COMMIT, while holding the audit's
+    append lock the admission waits for next). The admission's lock must not block that check,
+    or the two deadlock and PostgreSQL fails one."""
+    from django.db import transaction
+
+    from approvals.guard import admission
+
+    held, release = threading.Event(), threading.Event()
+
+    def admit():
+        try:
+            with transaction.atomic():
+                admission.locked(agent)
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    def refer():
+        try:
+            with transaction.atomic():
+                Proposal.objects.create(agent=agent, action="script.execute", status="pending")
+            return "committed"
+        finally:
+            connection.close()
+
+    admitting = threading.Thread(target=admit)
+    admitting.start()
+    assert held.wait(10)
+    outcome: list = []
+    referring = threading.Thread(target=lambda: outcome.append(refer()))
+    referring.start()
+    referring.join(timeout=10)
+    blocked = referring.is_alive()
+    release.set()
+    admitting.join(timeout=10)
+    referring.join(timeout=10)
+    assert not blocked, "a row referring to the agent waited for the admission's lock"
+    assert outcome == ["committed"]
