@@ -222,8 +222,9 @@ class ReportSerializer(Serializer):
     output = serializers.JSONField(
         required=False,
         default="",
+        allow_null=True,
         help_text="what the call returned or why it failed: text, or any JSON (kept as the "
-        "execution's stdout, text as it is, JSON serialized)",
+        "execution's stdout, text as it is, JSON serialized; null, nothing returned, as empty)",
     )
 
 

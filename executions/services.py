@@ -169,6 +169,8 @@ def report(
         raise _conflict(f"execution {execution_id} is carried out by Airlock, not reported")
     if execution.backend != carrier and execution.status == ExecutionStatus.RUNNING:
         raise _carried_by_another(execution)
+    if output is None:  # the call returned nothing
+        output = ""
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
     _, known = execution.to_run()
     text = mask_text(text, known, tuple(execution.secret_patterns or ()))[0]

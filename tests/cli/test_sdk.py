@@ -68,6 +68,23 @@ def test_an_approved_call_runs_and_its_return_value_is_reported(airlock, deploym
     assert json.loads(execution.stdout) == {"refund_id": "re_123", "amount": 30.5}
 
 
+def test_an_approved_call_that_returns_nothing_is_reported_as_done(airlock, deployment):
+    sent = []
+
+    @airlock.requires_approval(tool="billing.notify", reason="tell the customer")
+    def notify(customer: str) -> None:
+        sent.append(customer)
+
+    reviewer = decide_when_pending(deployment, "billing.notify", "approve", "ok")
+    assert notify("cus_9") is None
+    reviewer.join()
+    assert sent == ["cus_9"]
+    _, page = deployment.api("GET", "/api/v1/proposals?action=tool.call", token=deployment.reviewer)
+    proposal = next(p for p in page["items"] if p["parameters"]["tool"] == "billing.notify")
+    execution = airlock.result(proposal["execution_id"])
+    assert (execution.status, execution.stdout) == ("succeeded", "")
+
+
 def test_a_rejected_call_never_runs_and_says_why(airlock, deployment):
     ran = []
 

@@ -66,6 +66,13 @@ def test_a_call_allowed_by_policy_waits_for_its_agents_report_and_keeps_it(agent
     ]
 
 
+def test_a_call_that_returned_nothing_is_reported_with_a_null_output(agent_api):
+    use_policy(allow=[{"kind": "tool", "pattern": "github.*", "note": "ci bot"}])
+    execution_id = propose(agent_api)["execution_id"]
+    done = report(agent_api, execution_id, output=None)
+    assert (done["status"], done["stdout"]) == ("succeeded", "")
+
+
 def test_a_held_call_is_reported_once_approved_and_a_failure_is_kept(agent_api, reviewer_api):
     body = propose(agent_api)
     assert body["status"] == "pending" and body["execution_id"] is None
