@@ -134,6 +134,10 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
             # poller (while this one winds down, it would find one not done).
             if self._poller is asyncio.current_task():
                 self._poller = None
+            if not self.groups:
+                # Nobody listens: a member who joins later starts at the newest message,
+                # not at every one sent while nobody listened (stale notices on a page).
+                self._last_id = None
             bell.close()
             await loop.run_in_executor(reader, connections.close_all)  # the reader's own
             reader.shutdown(wait=False)

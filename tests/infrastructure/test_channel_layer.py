@@ -159,3 +159,28 @@ async def test_a_member_that_joins_while_the_last_poller_winds_down_still_hears(
                 poller.cancel()
         await asyncio.gather(old, layer._poller or old, return_exceptions=True)
         await database_sync_to_async(connections.close_all)()
+
+
+async def test_a_member_who_joins_after_everyone_left_hears_only_what_comes_next():
+    """The poller ends with its last member; what was sent while nobody listened is not
+    handed to the next one to join (a page opened later would show stale notices)."""
+    layer = DatabaseChannelLayer(poll_interval=0.05)
+    first, second = await layer.new_channel(), await layer.new_channel()
+    await layer.group_add("proposals", first)
+    await asyncio.sleep(0.2)
+    old = layer._poller
+    await layer.group_discard("proposals", first)
+    await asyncio.wait_for(asyncio.gather(old, return_exceptions=True), 5)
+    for n in (1, 2):  # while nobody listens
+        await asyncio.to_thread(send_and_close, layer, "proposals", {"type": "x", "n": n})
+    await layer.group_add("proposals", second)
+    try:
+        await asyncio.to_thread(send_and_close, layer, "proposals", {"type": "x", "n": 3})
+        message = await asyncio.wait_for(layer.receive(second), 5)
+        assert message["n"] == 3
+    finally:
+        await layer.group_discard("proposals", second)
+        if layer._poller is not None:
+            layer._poller.cancel()
+            await asyncio.gather(layer._poller, return_exceptions=True)
+        await database_sync_to_async(connections.close_all)()
