@@ -126,6 +126,8 @@ class Proposal(models.Model):
     status = models.CharField(max_length=10, choices=ProposalStatus.choices)
     risk_score = models.PositiveSmallIntegerField(default=0)
     risk_reasons = models.JSONField(default=list)
+    # [{"reason", "lines"}]: the lines of a script each reason was found on (NULL: none known).
+    risk_lines = models.JSONField(null=True, blank=True)
     decision_path = models.JSONField(default=dict)
     policy_version = models.PositiveIntegerField(default=0)
     required_approvals = models.PositiveSmallIntegerField(default=1)

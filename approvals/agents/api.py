@@ -55,8 +55,8 @@ STATUS_FOR = {
 
 PROPOSAL_FIELDS = [
     "id", "status", "agent_id", "action", "parameters", "summary", "reason", "urgency",
-    "idempotency_key", "risk_score", "risk_reasons", "decision_path", "policy_version",
-    "required_approvals", "approvals_count", "execution_id", "created_at", "expires_at",
+    "idempotency_key", "risk_score", "risk_reasons", "risk_lines", "decision_path",
+    "policy_version", "required_approvals", "approvals_count", "execution_id", "created_at", "expires_at",
     "decided_at", "routing", "escalated_at", "withdraw_reason",
 ]  # fmt: skip
 _proposal_row = Prepared(

@@ -9,6 +9,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.choices import DecisionKind, ProposalStatus, Urgency
+from approvals.policy.risk import top_reasons
+from executions.actions import get_action
 from executions.api import ExecutionSerializer
 from executions.choices import ExecutionStatus
 
@@ -34,9 +36,24 @@ class RequiredReviewSerializer(serializers.Serializer):
     members = serializers.ListField(child=serializers.CharField())
 
 
+class RiskLineSerializer(serializers.Serializer):
+    reason = serializers.CharField()
+    lines = serializers.ListField(child=serializers.IntegerField(min_value=1))
+
+
 class RiskSerializer(serializers.Serializer):
     score = serializers.IntegerField()
     reasons = serializers.ListField(child=serializers.CharField())
+    top = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="the one or two strongest reasons that are not the action's base risk: "
+        "what a queue row shows",
+    )
+    lines = RiskLineSerializer(
+        many=True,
+        help_text="for code: the lines each reason was found on (the reasons located), "
+        "strongest first",
+    )
 
 
 class InlineResultSerializer(ExecutionSerializer):
@@ -58,7 +75,14 @@ class ProposalSerializer(serializers.Serializer):
     agent = serializers.CharField(source="agent_name")
     action = serializers.CharField()
     parameters = serializers.JSONField()
-    summary = serializers.CharField()
+    summary = serializers.CharField(
+        help_text="one line: for code, the line its strongest risk reason points at; for a "
+        "tool, the call with its arguments"
+    )
+    target = serializers.SerializerMethodField(
+        help_text="what it acts on: container, host and service, process, tool (none for a "
+        "script: it runs in the sandbox)"
+    )
     reason = serializers.CharField()
     urgency = serializers.ChoiceField(choices=Urgency.choices)
     idempotency_key = serializers.CharField(allow_null=True)
@@ -96,9 +120,19 @@ class ProposalSerializer(serializers.Serializer):
         "needs no second call",
     )
 
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_target(self, proposal: dict) -> dict:
+        spec = get_action(proposal["action"])
+        return spec.shown_targets(proposal["parameters"]) if spec else {}
+
     @extend_schema_field(RiskSerializer)
     def get_risk(self, proposal: dict) -> dict:
-        return {"score": proposal["risk_score"], "reasons": proposal["risk_reasons"]}
+        return {
+            "score": proposal["risk_score"],
+            "reasons": proposal["risk_reasons"],
+            "top": top_reasons(proposal["action"], proposal["risk_reasons"]),
+            "lines": proposal.get("risk_lines") or [],
+        }
 
 
 class CommentSerializer(serializers.Serializer):

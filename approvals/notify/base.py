@@ -18,6 +18,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from approvals.models import Proposal
+from approvals.policy.risk import top_reasons
+from executions.actions import target_text
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ class Event:
     url: str
     at: str
     teams: tuple[str, ...] = ()  # a routed proposal's teams this is for (approvals.routing)
+    reason: str = ""  # the agent's, on one line
+    target: str = ""  # what it acts on: "container web-1", "service nginx · host host-a"
+    risks: tuple[str, ...] = ()  # the strongest reasons but the action's base risk
 
     @property
     def subject(self) -> str:
@@ -78,8 +83,13 @@ class Event:
     def text(self) -> str:
         return (
             f"Proposal {self.proposal_id} by {self.agent} {KINDS.get(self.kind, self.kind)}.\n"
-            f"Action: {self.action}\nSummary: {self.summary}\nRisk: {self.risk}\n"
-            f"Status: {self.status}\n\n{self.url}\n"
+            f"Action: {self.action}\n"
+            + (f"Target: {self.target}\n" if self.target else "")
+            + f"Summary: {self.summary}\n"
+            + (f"Why (the agent's reason): {self.reason}\n" if self.reason else "")
+            + f"Risk: {self.risk}\n"
+            + "".join(f"  - {risk}\n" for risk in self.risks)
+            + f"Status: {self.status}\n\n{self.url}\n"
         )
 
     def as_dict(self) -> dict:
@@ -98,7 +108,10 @@ EVENT_FIELDS = (
     "status",
     "action",
     "summary",
+    "reason",
+    "parameters",
     "risk_score",
+    "risk_reasons",
     "routing",
     "agent__name",
 )  # what event_for reads
@@ -116,6 +129,9 @@ def event_for(kind: str, proposal: Proposal, at: datetime | None = None) -> Even
         url=proposal_url(proposal.pk),
         at=(at or timezone.now()).isoformat(),
         teams=teams_told(kind, proposal),
+        reason=" ".join(proposal.reason.split())[:300],
+        target=target_text(proposal.action, proposal.parameters),
+        risks=tuple(top_reasons(proposal.action, proposal.risk_reasons)),
     )
 
 

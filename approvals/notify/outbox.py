@@ -133,7 +133,7 @@ def send_batch(notices: Iterable[PendingNotification]) -> None:
     notices = list(notices)
     proposals = (
         Proposal.objects.select_related("agent")
-        .only(*EVENT_FIELDS)  # not the parameters, reasons and path an event never shows
+        .only(*EVENT_FIELDS)  # not the decision path and the rest an event never shows
         .in_bulk({notice.proposal_id for notice in notices})
     )
     events = [

@@ -9,6 +9,8 @@ from django import template
 
 from approvals.choices import risk_band as band_of
 from approvals.gateway.models import Upstream
+from approvals.policy.risk import top_reasons as strongest
+from executions.actions import target_text
 
 register = template.Library()
 
@@ -19,6 +21,18 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def risk_band(score: int) -> str:
     """low / medium / high, the bands the queue filters by."""
     return band_of(score)
+
+
+@register.filter
+def top_reasons(proposal) -> list[str]:
+    """The one or two strongest reasons that are not its action's base risk."""
+    return strongest(proposal.action, proposal.risk_reasons)
+
+
+@register.filter
+def target(proposal) -> str:
+    """What it acts on, in words: "container web-1", "service nginx · host host-a"."""
+    return target_text(proposal.action, proposal.parameters)
 
 
 @register.filter

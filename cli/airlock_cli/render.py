@@ -52,7 +52,7 @@ def queue_table(items: list[dict], title: str) -> Table:
     table.add_column("ID", justify="right", style="bold")
     table.add_column("Risk", justify="right")
     table.add_column("Action")
-    table.add_column("Summary", overflow="fold", max_width=60)
+    table.add_column("What and why", overflow="fold", max_width=70)
     table.add_column("Agent")
     table.add_column("Age", justify="right")
     table.add_column("Approvals", justify="right")
@@ -62,14 +62,39 @@ def queue_table(items: list[dict], title: str) -> Table:
         cells = [
             str(item["id"]),
             risk_text(item["risk"]["score"]),
-            item["action"],
-            item["summary"] or item["reason"],
+            action_and_target(item),
+            what_and_why(item),
             item["agent"],
             age(item["created_at"]),
             needed(item),
         ]
         table.add_row(*cells, *([teams_owed(item)] if routed else []))
     return table
+
+
+def action_and_target(item: dict) -> Text:
+    """The action, and under it what it acts on (a container, a host and service, a tool)."""
+    cell = Text(item["action"])
+    target = " · ".join(f"{kind} {value}" for kind, value in (item.get("target") or {}).items())
+    if target:
+        cell.append(f"\n{target}", style="dim")
+    return cell
+
+
+def what_and_why(item: dict) -> Text:
+    """The summary (the line that matters, or the call), the agent's reason, the one or two
+    strongest risk reasons: what a reviewer decides on without opening the proposal."""
+    cell = Text(item["summary"] or item["action"])
+    if item.get("reason"):
+        cell.append(f"\nwhy: {one_line(item['reason'], 140)}", style="italic")
+    for reason in item["risk"].get("top", []):
+        cell.append(f"\n! {reason}", style="red")
+    return cell
+
+
+def one_line(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def executions_table(items: list[dict]) -> Table:

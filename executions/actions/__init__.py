@@ -35,4 +35,12 @@ def get_action(name: str) -> ActionSpec | None:
     return CATALOG.get(name)
 
 
-__all__ = ["ActionContext", "ActionSpec", "CATALOG", "catalog", "get_action"]
+def target_text(action: str, parameters: dict) -> str:
+    """What a proposal acts on, in words: "container web-1", "service nginx · host host-a",
+    "tool billing.refund"; "" for a script (it runs in the sandbox) or an unknown action."""
+    spec = CATALOG.get(action)
+    shown = spec.shown_targets(parameters) if spec and isinstance(parameters, dict) else {}
+    return " · ".join(f"{kind} {value}" for kind, value in shown.items())
+
+
+__all__ = ["ActionContext", "ActionSpec", "CATALOG", "catalog", "get_action", "target_text"]

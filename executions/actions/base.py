@@ -47,7 +47,9 @@ class ActionSpec:
     reported: bool = False  # carried out by the proposing agent, which reports the outcome
     # Policy targets: kind -> parameter name, e.g. {"container": "container"}.
     targets: dict[str, str] = field(default_factory=dict)
-    summary: Callable[[dict], str] | None = None
+    # One line saying what the proposal does; given the line of the code its strongest risk
+    # reason points at, when it has code and one is known.
+    summary: Callable[[dict, int | None], str] | None = None
     # The Celery queue for these parameters when it depends on them (a session's worker).
     route: Callable[[dict], str | None] | None = None
     # Whether the proposer (its audit label) may name what the parameters name (a
@@ -67,6 +69,11 @@ class ActionSpec:
         """The value of the action's first target (what a scoped capability names)."""
         return next(iter(self.target_values(parameters).values()), None)
 
+    def shown_targets(self, parameters: dict) -> dict[str, str]:
+        """What the proposal acts on, for a reviewer (a container, a host and service, a
+        tool); a script's language is no target (it runs in the sandbox)."""
+        return {k: v for k, v in self.target_values(parameters).items() if k != "language"}
+
     def target_values(self, parameters: dict) -> dict[str, str]:
         return {
             kind: str(parameters[param])
@@ -74,9 +81,9 @@ class ActionSpec:
             if parameters.get(param) not in (None, "")
         }
 
-    def describe(self, parameters: dict) -> str:
+    def describe(self, parameters: dict, line: int | None = None) -> str:
         if self.summary is not None:
-            return self.summary(parameters)
+            return self.summary(parameters, line)
         values = ", ".join(f"{k}={v}" for k, v in self.target_values(parameters).items())
         return f"{self.name}({values})" if values else self.name
 

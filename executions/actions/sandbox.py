@@ -10,7 +10,7 @@ from executions.sandboxes.base import RunOutcome
 from infrastructure.rest.serializers import Serializer
 
 from .base import ActionContext, ActionSpec, failed
-from .scripts import MAX_CODE_CHARS, validate_code
+from .scripts import MAX_CODE_CHARS, line_of_code, validate_code
 
 ACTIONS: list[ActionSpec] = []  # this module's part of the catalog, in order
 
@@ -80,9 +80,6 @@ ACTIONS.append(
         targets={"language": "language"},
         route=_route,
         authorize=_owned_by_proposer,
-        summary=lambda p: (
-            f"session {p['session_id']}: "
-            + next((line.strip() for line in p["code"].splitlines() if line.strip()), "")[:80]
-        ),
+        summary=lambda p, line=None: f"session {p['session_id']}: {line_of_code(p['code'], line)}",
     )
 )

@@ -66,9 +66,15 @@ def run_script(parameters: dict, context: ActionContext) -> RunOutcome:
         return failed("none", str(exc), context.sink)
 
 
-def _summary(parameters: dict) -> str:
-    first = next((line.strip() for line in parameters["code"].splitlines() if line.strip()), "")
-    return f"{parameters['language']}: {first[:80]}"
+def line_of_code(code: str, line: int | None) -> str:
+    """The line the strongest risk reason points at, else the first that is not blank."""
+    lines = code.splitlines()
+    pointed = lines[line - 1].strip() if line and 0 < line <= len(lines) else ""
+    return (pointed or next((text.strip() for text in lines if text.strip()), ""))[:120]
+
+
+def _summary(parameters: dict, line: int | None = None) -> str:
+    return f"{parameters['language']}: {line_of_code(parameters['code'], line)}"
 
 
 ACTIONS.append(

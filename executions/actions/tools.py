@@ -71,7 +71,7 @@ def _not_run_here(parameters: dict, context: ActionContext) -> RunOutcome:
     return failed("agent", "tool.call is carried out by the agent that proposed it", context.sink)
 
 
-def _summary(parameters: dict) -> str:
+def _summary(parameters: dict, line: int | None = None) -> str:
     shown = ", ".join(
         f"{name}={json.dumps(value, ensure_ascii=False)}"
         for name, value in parameters.get("arguments", {}).items()

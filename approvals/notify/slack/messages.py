@@ -14,6 +14,8 @@ from django.urls import reverse
 from approvals.choices import DecisionKind, ProposalStatus, risk_band
 from approvals.models import Proposal
 from approvals.notify.base import proposal_url
+from approvals.policy.risk import top_reasons
+from executions.actions import target_text
 
 APPROVE = "airlock_approve"
 REJECT = "airlock_reject"
@@ -61,7 +63,7 @@ def render(proposal: Proposal, reviewable: bool) -> dict:
             ],
         },
     ]
-    if proposal.risk_reasons:
+    if top_reasons(proposal.action, proposal.risk_reasons):
         blocks.append(_section("*Why this score*\n" + _reasons(proposal)))
     blocks.append(_section(_code(proposal)))
     if decisions := _decisions(proposal):
@@ -89,6 +91,8 @@ def _about(proposal: Proposal) -> str:
         f"*{escape(proposal.summary or proposal.action)}*",
         f"Agent *{escape(proposal.agent.name)}* · urgency {proposal.urgency}",
     ]
+    if target := target_text(proposal.action, proposal.parameters):
+        lines.insert(1, f"On {escape(target)}")
     if proposal.reason:
         lines.append("> " + escape(proposal.reason[:500]).replace("\n", "\n> "))
     return "\n".join(lines)
@@ -109,8 +113,11 @@ def _status(proposal: Proposal) -> str:
 
 
 def _reasons(proposal: Proposal) -> str:
-    shown = [f"• {escape(str(reason)[:200])}" for reason in proposal.risk_reasons[:REASONS]]
-    more = len(proposal.risk_reasons) - REASONS
+    """The strongest reasons first, but not the action's base risk (every one of the action
+    has it)."""
+    telling = top_reasons(proposal.action, proposal.risk_reasons, count=len(proposal.risk_reasons))
+    shown = [f"• {escape(reason[:200])}" for reason in telling[:REASONS]]
+    more = len(telling) - REASONS
     if more > 0:
         shown.append(f"_and {more} more_")
     return "\n".join(shown)

@@ -45,6 +45,7 @@ from approvals.policy.risk.base import (
     clamp,
     combine,
     distinct,
+    lines_of,
 )
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "combine",
     "get_scorers",
     "score_code",
+    "top_reasons",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,10 +82,21 @@ def assess(
     findings: list[Finding] = list(found)
     base = clamp(base_risk) if isinstance(base_risk, int) else MAX_SCORE // 2
     if base:
-        findings.append(Finding(base, f"{action} starts at risk {base}"))
+        findings.append(Finding(base, _base_reason(action, base)))
     for path, scorer in get_scorers():
         findings.extend(_run_scorer(path, scorer, action, parameters))
     return _assessment(findings)
+
+
+def _base_reason(action: str, base: int) -> str:
+    return f"{action} starts at risk {base}"
+
+
+def top_reasons(action: str, reasons: list, count: int = 2) -> list[str]:
+    """The ``count`` strongest reasons that say something of this proposal (not its
+    action's base risk, which every proposal of the action shares): what a queue row shows."""
+    base = _base_reason(action, 0)[: -len("0")]
+    return [str(r) for r in reasons if not str(r).startswith(base)][:count]
 
 
 def score_code(language: str, code: str) -> RiskAssessment:
@@ -121,6 +134,9 @@ def _run_scorer(
 
 
 def _assessment(findings: Any) -> RiskAssessment:
+    findings = list(findings)
     ordered = distinct(findings)
     reasons = [f.reason for f in ordered if f.points > 0]
-    return RiskAssessment(score=combine(ordered), reasons=reasons, findings=tuple(ordered))
+    return RiskAssessment(
+        score=combine(ordered), reasons=reasons, findings=tuple(ordered), lines=lines_of(findings)
+    )

@@ -23,7 +23,7 @@ from typing import Any
 
 import bashlex
 
-from approvals.policy.risk.base import Finding
+from approvals.policy.risk.base import Finding, located
 from approvals.policy.risk.bash_text import prepare, scan_text
 from approvals.policy.risk.commands import (
     ASSIGNMENT,
@@ -203,17 +203,25 @@ class _Analyser(CommandRules):
         start, end = node.pos
         return self.source[start:end]
 
+    def line_of(self, node: Any) -> int | None:
+        pos = getattr(node, "pos", None)
+        return self.source.count("\n", 0, pos[0]) + 1 if pos else None
+
     def run(self, trees: list[Any]) -> None:
         nodes = list(walk(trees))
         for node in nodes:
+            since = len(self.findings)
             if node.kind == "assignment":
                 self._assignment(node)
             elif node.kind == "function":
                 self.functions.add(_function_name(node))  # its body is analysed where it stands
+            located(self.findings, since, self.line_of(node))
         for node in nodes:
             handler = getattr(self, f"_visit_{node.kind}", None)
             if handler is not None:
+                since = len(self.findings)
                 handler(node)
+                located(self.findings, since, self.line_of(node))
         if self.unknown:
             names = ", ".join(dict.fromkeys(self.unknown[:5]))
             self.add(2, f"runs commands outside the known-harmless list ({short(names, 60)})")

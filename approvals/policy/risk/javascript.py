@@ -170,7 +170,9 @@ PATTERNS: tuple[tuple[re.Pattern[str], int, str], ...] = tuple(
 def analyse_javascript(code: str) -> list[Finding]:
     """Findings for JavaScript source (already NFKC-normalised by the caller)."""
     findings = [
-        Finding(points, reason) for pattern, points, reason in PATTERNS if pattern.search(code)
+        Finding(points, reason, line=code.count("\n", 0, match.start()) + 1)
+        for pattern, points, reason in PATTERNS
+        if (match := pattern.search(code))
     ]
     findings += _module_findings(code)
     for match in _STRING_LITERAL.finditer(code):

@@ -16,7 +16,7 @@ import re
 import warnings
 from collections.abc import Callable
 
-from approvals.policy.risk.base import Finding
+from approvals.policy.risk.base import Finding, located
 from approvals.policy.risk.python_names import (
     ATTRIBUTES,
     BUILTINS,
@@ -225,9 +225,13 @@ class _Analyser:
         self.called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
         for node in nodes:
             if isinstance(node, ast.Import | ast.ImportFrom):
+                since = len(self.findings)
                 self._import(node)
+                located(self.findings, since, node.lineno)
         for node in nodes:
+            since = len(self.findings)
             self._visit(node)
+            located(self.findings, since, getattr(node, "lineno", None))
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
         if isinstance(node, ast.Import):
