@@ -4,6 +4,7 @@ from django.urls import path
 
 from approvals.review.views import (
     agents,
+    batch,
     deliveries,
     links,
     policy,
@@ -23,6 +24,7 @@ app_name = "console"
 urlpatterns = [
     path("", proposals.home, name="home"),
     path("queue/", proposals.queue, name="queue"),
+    path("queue/<str:kind>/", batch.decide_many_page, name="decide-many"),
     path("overview/", proposals.overview_page, name="overview"),
     path("proposals/<id:pk>/", proposals.proposal_detail, name="proposal"),
     path(

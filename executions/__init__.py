@@ -7,8 +7,9 @@ host), the sandbox backends behind one interface (``sandboxes/``: local,
 docker, gvisor), persistent sessions on a worker (``sessions``), the output
 recorder (``output``), the one function that pushes to subscribers
 (``broadcast``), the Celery tasks, the REST endpoints (the list in ``listing``), the execution page,
-the output websocket, and retention (``retention/``: old output archived a day per file, then
-removed).
+the output websocket, retention (``retention/``: old output archived a day per file, then
+removed), and the live state of what an action would touch, read-only (``targets/``: a
+container, a service).
 
 Never imports ``approvals``: what approvals needs to hear (a run ended) it
 sends as a signal (``signals``). May import ``accounts``, ``audit`` and

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Screenshots of the console for the documentation: the queue, a proposal, a live execution,
+"""Screenshots of the console for the documentation: the queue (wide and on a phone), a
+proposal with the agent's history and its lines marked, a live execution,
 the overview, the policy editor's preview, the sign-in page with single sign-on,
 the step-up prompt, and under review routes a team member's "Needs me" and a proposal
 waiting for two teams.
@@ -40,15 +41,27 @@ SSO = {
     "OIDC_REVIEWER_GROUPS": "airlock-reviewers",
 }
 NAMES = (
-    "queue", "proposal", "execution", "sign-in", "step-up", "overview", "policy-preview",
+    "queue", "queue-phone", "proposal", "execution", "sign-in", "step-up", "overview", "policy-preview",
     "needs-me", "proposal-teams",
 )  # fmt: skip
 VIEWPORT = {"width": 1280, "height": 800}
 
+# A realistic queue: what each does, why, where, and six identical calls folded into one row.
+CLEANUP = (
+    "import os\n"
+    "\n"
+    "cache = '/srv/cache'\n"
+    "for name in os.listdir(cache):\n"
+    "    os.remove(os.path.join(cache, name))\n"
+    "print('freed', cache)\n"
+)
 PROPOSALS = [
-    ("import os\nos.system('rm -rf /tmp/build-cache')\n", "free disk space on the runner"),
-    ("import os\nprint(os.listdir('/var/log'))\n", "find the noisy log file"),
+    (CLEANUP, "free disk on db-prod-1, WAL filled the volume"),
     ("import subprocess\nsubprocess.run(['git', 'status'])\n", "check the checkout is clean"),
+]
+CALLS = [  # (tool, arguments, reason, how many times)
+    ("billing.refund", {"customer": "cus_1042", "amount_cents": 125000}, "charged twice", 1),
+    ("health.check", {"host": "db-prod-1", "probe": "replication_lag"}, "after the failover", 6),
 ]
 LIVE = (
     "import os, time\n"
@@ -192,6 +205,19 @@ def main() -> None:
     try:
         seed_history(data_dir)
         proposed = [server.propose_script(code, reason=reason) for code, reason in PROPOSALS]
+        for tool, arguments, reason, times in CALLS:
+            for _ in range(times):
+                status, body = server.api(
+                    "POST",
+                    "/api/v1/proposals",
+                    {
+                        "action": "tool.call",
+                        "parameters": {"tool": tool, "arguments": arguments},
+                        "reason": reason,
+                    },
+                )
+                assert status == 201, body
+        cleanup = proposed[0]
         risky = max(proposed, key=lambda proposal: proposal["risk"]["score"])
         assert risky["risk"]["score"] >= 7, risky
         live = server.propose_script(LIVE, reason="see which cache directories grew")
@@ -208,10 +234,19 @@ def main() -> None:
             sign_in(page, "reviewer")
             page.wait_for_selector(f"#proposal-row-{live['id']}")
             page.keyboard.press("j")
+            page.keyboard.press("x")
+            page.keyboard.press("j")
             page.screenshot(path=str(out / "queue.png"))
+            phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+            phone.goto(server.base + "/login/")
+            sign_in(phone, "reviewer2")
+            phone.wait_for_selector(f"#proposal-row-{live['id']}")
+            phone.screenshot(path=str(out / "queue-phone.png"))
+            phone.close()
 
+            page.goto(f"{server.base}/proposals/{cleanup['id']}/")
+            page.screenshot(path=str(out / "proposal.png"), full_page=True)
             page.goto(f"{server.base}/proposals/{live['id']}/")
-            page.screenshot(path=str(out / "proposal.png"))
             page.click("#approve-button")
             page.wait_for_selector("#execution-link")
             page.click("#execution-link")

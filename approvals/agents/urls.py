@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals.agents import agents_api, api
+from approvals.agents import agents_api, api, batch_api
 from approvals.agents.waiting import long_poll, wait_for_rows
 from approvals.policy import api as policy_api
 from infrastructure import converters  # noqa: F401 - registers <id:…>
@@ -25,6 +25,8 @@ urlpatterns = [
         long_poll(api.ProposalDetail.as_view(), finish=api.inline_result),
         name="detail",
     ),
+    path("proposals/approve", batch_api.BatchApprove.as_view(), name="approve-many"),
+    path("proposals/reject", batch_api.BatchReject.as_view(), name="reject-many"),
     path("proposals/<id:pk>/approve", api.ProposalApprove.as_view(), name="approve"),
     path("proposals/<id:pk>/reject", api.ProposalReject.as_view(), name="reject"),
     path("proposals/<id:pk>/withdraw", api.ProposalWithdraw.as_view(), name="withdraw"),

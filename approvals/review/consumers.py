@@ -6,7 +6,9 @@ rendered from the same partials the pages include, each marked
 ``hx-swap-oob``. The query string says what the page shows:
 
 - ``/ws/queue/?agent=…&action=…&risk=…&q=…`` — the queue with those filters;
-- ``/ws/queue/?proposal=N`` — one proposal's decision panel.
+- ``/ws/queue/?proposal=N`` — one proposal's decision panel;
+- ``/ws/queue/?shell=1`` — the badge and the notices alone, for every other page
+  (the tab's title count and browser notifications come of them).
 
 A fresh snapshot goes out on connect, so a browser that reconnects after a
 drop is up to date without replaying anything (the database is the truth).
@@ -63,6 +65,7 @@ class QueueConsumer(AsyncWebsocketConsumer):
         self.user = user
         self.params = QueryDict(self.scope.get("query_string", b"").decode("latin-1"))
         self.proposal_id = _proposal_id(self.scope.get("query_string", b""))
+        self.shell = self.params.get("shell") == "1"
         self._notices: list[dict] = []  # owed, like _wanted
         await self.accept()
         await self.channel_layer.group_add(PROPOSALS_GROUP, self.channel_name)
@@ -162,7 +165,7 @@ class QueueConsumer(AsyncWebsocketConsumer):
                 "console/base.html#pending-badge", {"pending_count": pending, "oob": True}
             )
         ]
-        if badge_only:
+        if badge_only or self.shell:
             return "".join(parts)
         if self.proposal_id is None:
             parts.extend(self._render_queue(pending))

@@ -10,7 +10,8 @@ class OverviewDay(models.Model):
     Nothing changes a settled day's figures but retention (which forgets the
     tallies) and proposals written into the past (``seed_history``, the same);
     ``data`` holds counts by outcome, risk score, agent id and action, and the
-    seconds people took to decide, for the percentiles.
+    seconds people took to decide, for the percentiles (in all and per team of
+    the review routes).
     """
 
     day = models.DateField()

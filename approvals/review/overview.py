@@ -83,6 +83,10 @@ class Overview:
     top_agents: list[tuple[str, int]]
     top_actions: list[tuple[str, int]]
     oldest_waiting: list[Proposal] = field(default_factory=list)
+    # Time to a reviewer's decision: day -> (decided, p50, p95), newest first; and per team
+    # of the review routes (a routed proposal counts for each team it required).
+    waits_per_day: list[tuple[date, int, timedelta, timedelta]] = field(default_factory=list)
+    waits_per_team: list[tuple[str, int, timedelta, timedelta]] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -138,6 +142,10 @@ def overview(days: int = DEFAULT_WINDOW, now: datetime | None = None) -> Overvie
     }
     totals = _summed(tallies.values(), "outcomes", dict.fromkeys(OUTCOMES, 0))
     waits = sorted(wait for tally in tallies.values() for wait in tally["waits"])
+    teams: dict[str, list[float]] = {}
+    for tally in tallies.values():
+        for team, seconds in tally["team_waits"].items():
+            teams.setdefault(team, []).extend(seconds)
     agents = _summed(tallies.values(), "agents", {})
     names = dict(Agent.objects.filter(pk__in=agents).values_list("pk", "name"))
     return Overview(
@@ -156,7 +164,19 @@ def overview(days: int = DEFAULT_WINDOW, now: datetime | None = None) -> Overvie
             .select_related("agent")
             .order_by("created_at", "pk")[:OLDEST_WAITING]
         ),
+        waits_per_day=[
+            (day, *_spread(tallies[day]["waits"]))
+            for day in reversed(window_days)
+            if tallies[day]["waits"]
+        ],
+        waits_per_team=[(team, *_spread(teams[team])) for team in sorted(teams)],
     )
+
+
+def _spread(waits: list[float]) -> tuple[int, timedelta, timedelta]:
+    """How many waits, their median and p95."""
+    ordered = sorted(waits)
+    return len(ordered), _nearest_rank(ordered, 50), _nearest_rank(ordered, 95)
 
 
 # A day is settled once it ended this long ago (every proposal written on it has
@@ -205,6 +225,7 @@ def _count(first_day: date, days: int) -> dict[date, dict]:
             "agents": {},
             "actions": {},
             "waits": [],
+            "team_waits": {},
         }
         for i in range(days)
     }
@@ -221,8 +242,12 @@ def _count(first_day: date, days: int) -> dict[date, dict]:
             at(index)[figure][str(value)] = n
     wait = Seconds(F("decided_at"), F("created_at"))
     decided = rows.filter(DECIDED_BY_PEOPLE, decided_at__isnull=False)
-    for index, seconds in decided.annotate(day=day, wait=wait).values_list("day", "wait"):
+    for index, seconds, routing in decided.annotate(day=day, wait=wait).values_list(
+        "day", "wait", "routing"
+    ):
         at(index)["waits"].append(round(float(seconds), 3))
+        for team in (routing or {}).get("require", {}):
+            at(index)["team_waits"].setdefault(team, []).append(round(float(seconds), 3))
     return tallies
 
 

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from airlock_cli import config, hooks, render, stream
+from airlock_cli import config, deciding, hooks, render, stream
 from airlock_cli.client import (
     CHAIN_BROKEN,
     DECIDED_AGAINST,
@@ -22,8 +22,9 @@ from airlock_cli.client import (
     StepUpRequired,
     fail,
 )
+from airlock_cli.deciding import WAIT_STEP
+from airlock_cli.output import emit, say
 
-WAIT_STEP = 30  # seconds per long-poll call
 ENDED = ("denied", "rejected", "expired", "withdrawn")
 EPILOG = "\b\nExit codes:\n" + "\n".join(
     f"  {code:>2}  {text}" for code, text in EXIT_CODES.items()
@@ -49,16 +50,6 @@ def command(group: click.Group, name: str | None = None, **kwargs):
         return run
 
     return wrap
-
-
-def say(line: str) -> None:
-    """A line for the person, on standard error (standard output is the script's), unwrapped:
-    an address in it must stay one piece to copy."""
-    click.echo(line, err=True)
-
-
-def emit(data) -> None:
-    print(json.dumps(data, indent=2))
 
 
 def api() -> Api:
@@ -199,53 +190,6 @@ def show(proposal_id: int, as_json: bool):
 # --- deciding --------------------------------------------------------------------------
 
 
-def _decide(kind: str, proposal_id: int, comment: str, step_up_timeout: float, as_json: bool):
-    client = api()
-    try:
-        proposal = client.post(f"proposals/{proposal_id}/{kind}", {"comment": comment})
-    except StepUpRequired as needed:
-        proposal = _after_step_up(client, proposal_id, needed, step_up_timeout, as_json)
-    except CliError as refused:
-        if refused.error_type != "not_a_required_reviewer" or as_json:
-            raise  # --json keeps the API's message, for scripts
-        still = refused.message.removeprefix("it ")  # "needs 1 approval from dba (alice, bob)"
-        raise CliError(
-            refused.code,
-            f"you are not a required reviewer of proposal #{proposal_id}: it {still}",
-            error_type=refused.error_type,
-        ) from None
-    if as_json:
-        emit(proposal)
-        return
-    left = proposal["approvals_remaining"]
-    more = f"; {left} more approval(s) needed" if proposal["status"] == "pending" else ""
-    click.echo(f"Proposal #{proposal_id}: {proposal['status']}{more}")
-
-
-def _after_step_up(client: Api, proposal_id: int, needed: StepUpRequired, timeout: float, as_json):
-    """Print where to prove a second factor, and wait until the decision is made there."""
-    before = client.get(f"proposals/{proposal_id}")
-    seen = (before["status"], before["approvals"])
-    say(f"A fresh second factor is needed: {needed.message}")
-    say(f"Finish in the browser: {needed.url}")
-    if timeout <= 0:
-        raise CliError(
-            STEP_UP_PENDING, "not decided: finish it at the address above", url=needed.url
-        )
-    say(f"Waiting up to {int(timeout)} s for it…")
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        wait = min(WAIT_STEP, max(int(left), 1))
-        proposal = client.call(
-            "GET", f"proposals/{proposal_id}", params={"wait": wait, "until": "change"}, wait=wait
-        ).json()
-        if (proposal["status"], proposal["approvals"]) != seen:
-            return proposal
-    raise CliError(
-        STEP_UP_PENDING, "not decided in time: finish it at the address above", url=needed.url
-    )
-
-
 STEP_UP_OPTION = click.option(
     "--step-up-timeout",
     type=float,
@@ -256,23 +200,28 @@ STEP_UP_OPTION = click.option(
 
 
 @command(cli)
-@click.argument("proposal_id", type=int)
+@click.argument(
+    "proposal_ids", metavar="PROPOSAL_ID...", type=click.IntRange(min=1), nargs=-1, required=True
+)
 @click.option("-m", "--message", "comment", default="", help="A comment for the audit trail.")
 @STEP_UP_OPTION
-def approve(proposal_id: int, comment: str, step_up_timeout: float, as_json: bool):
-    """Approve a proposal (reviewers; a fresh second factor at high risk)."""
-    _decide("approve", proposal_id, comment, step_up_timeout, as_json)
+def approve(proposal_ids: tuple[int, ...], comment: str, step_up_timeout: float, as_json: bool):
+    """Approve one proposal or several (reviewers; a fresh second factor at high risk, one
+    for all of them)."""
+    deciding.decide(api(), "approve", proposal_ids, comment, step_up_timeout, as_json)
 
 
 @command(cli)
-@click.argument("proposal_id", type=int)
+@click.argument(
+    "proposal_ids", metavar="PROPOSAL_ID...", type=click.IntRange(min=1), nargs=-1, required=True
+)
 @click.option(
     "-m", "--message", "comment", required=True, help="Why: for the agent and the audit trail."
 )
 @STEP_UP_OPTION
-def reject(proposal_id: int, comment: str, step_up_timeout: float, as_json: bool):
-    """Reject a proposal, saying why."""
-    _decide("reject", proposal_id, comment, step_up_timeout, as_json)
+def reject(proposal_ids: tuple[int, ...], comment: str, step_up_timeout: float, as_json: bool):
+    """Reject one proposal or several, saying why."""
+    deciding.decide(api(), "reject", proposal_ids, comment, step_up_timeout, as_json)
 
 
 @command(cli)

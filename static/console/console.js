@@ -57,6 +57,9 @@
   }
   document.addEventListener("htmx:oobAfterSwap", restoreSelection);
   document.addEventListener("htmx:afterSettle", restoreSelection);
+  // A live message settles after its swaps: htmx then puts back the class the new rows came
+  // with, which drops the cursor's (and the picks') until this marks them again.
+  document.addEventListener("htmx:wsAfterMessage", restoreSelection);
   function restoreSelection() {
     var row = currentRow();
     var hadFocus = document.activeElement === document.body || (document.activeElement && document.activeElement.closest && document.activeElement.closest("#queue-list"));
@@ -65,8 +68,40 @@
   }
   document.addEventListener("click", function (event) {
     var row = event.target.closest && event.target.closest("#queue-list tr[data-proposal]");
-    if (row && !event.target.closest("a")) { window.location = row.getAttribute("data-href"); }
+    if (row && !event.target.closest("a, .pick")) { window.location = row.getAttribute("data-href"); }
   });
+
+  // ---- rows picked for one decision (x or a click; kept across live re-renders) ----
+  var picked = [];
+  function pickBoxes() { return Array.prototype.slice.call(document.querySelectorAll("#queue-list .pick input[type=checkbox]")); }
+  function showPicked() {
+    var present = pickBoxes().map(function (box) { return box.value; });
+    picked = picked.filter(function (id) { return present.indexOf(id) >= 0; });
+    pickBoxes().forEach(function (box) {
+      box.checked = picked.indexOf(box.value) >= 0;
+      box.closest("tr").classList.toggle("picked", box.checked);
+    });
+    var count = document.getElementById("batch-count");
+    var chosen = picked.join(",").split(",").filter(Boolean).length;
+    if (count) count.textContent = chosen ? chosen + " selected: a approves, r rejects them" : "Select rows (x) to decide them together";
+    ["batch-approve", "batch-reject"].forEach(function (id) {
+      var button = document.getElementById(id);
+      if (button) button.disabled = !picked.length;
+    });
+  }
+  function togglePick(id) {
+    var at = picked.indexOf(id);
+    if (at >= 0) picked.splice(at, 1); else picked.push(id);
+    showPicked();
+  }
+  document.addEventListener("change", function (event) {
+    var box = event.target.closest && event.target.closest("#queue-list .pick input[type=checkbox]");
+    if (!box) return;
+    if (box.checked !== (picked.indexOf(box.value) >= 0)) togglePick(box.value);
+  });
+  document.addEventListener("htmx:oobAfterSwap", showPicked);
+  document.addEventListener("htmx:wsAfterMessage", showPicked);  // after the settle: see above
+  document.addEventListener("DOMContentLoaded", showPicked);
 
   // ---- forms that ask first (data-confirm; no inline handlers: see the CSP) ----
   document.addEventListener("submit", function (event) {
@@ -75,11 +110,17 @@
   });
 
   // ---- confirm dialog ----------------------------------------------------
-  function confirmDecision(kind, url, what, comment) {
+  function confirmDecision(kind, url, what, comment, ids) {
     var dialog = document.getElementById("confirm-decision");
     if (!dialog || !url) return;
     var form = document.getElementById("confirm-form");
     form.setAttribute("action", url);
+    form.querySelectorAll("input[name=ids]").forEach(function (input) { input.remove(); });
+    (ids || []).forEach(function (id) {
+      var input = document.createElement("input");
+      input.type = "hidden"; input.name = "ids"; input.value = id;
+      form.appendChild(input);
+    });
     document.getElementById("confirm-title").textContent = kind === "reject" ? "Reject?" : "Approve?";
     document.getElementById("confirm-what").textContent = what || "";
     var submit = document.getElementById("confirm-submit");
@@ -127,6 +168,20 @@
       if (key === "j") { move(1); event.preventDefault(); }
       else if (key === "k") { move(-1); event.preventDefault(); }
       else if (key === "Enter" && row) { window.location = row.getAttribute("data-href"); }
+      else if (key === "x" && row) {
+        // As its checkbox does: a row of identical proposals picks them all.
+        togglePick(row.getAttribute("data-ids") || row.getAttribute("data-proposal"));
+        event.preventDefault();
+      }
+      else if ((key === "a" || key === "r") && (picked.length || (row && row.hasAttribute("data-ids")))) {
+        // The rows picked, else the row under the cursor when it stands for identical ones.
+        var many = key === "a" ? "approve" : "reject";
+        var bar = document.getElementById("batch-form");
+        var ids = (picked.length ? picked : [row.getAttribute("data-ids")]).join(",").split(",");
+        var listed = ids.map(function (id) { return "#" + id; }).join(", ");
+        confirmDecision(many, bar.getAttribute("data-" + many + "-url"), ids.length + " proposals: " + listed, "", ids);
+        event.preventDefault();
+      }
       else if ((key === "a" || key === "r") && row) {
         var kind = key === "a" ? "approve" : "reject";
         confirmDecision(kind, row.getAttribute("data-" + kind + "-url"), row.getAttribute("data-summary"));
@@ -284,5 +339,109 @@
     if (terminal) window.airlockTerminal = new Terminal(terminal);
     var list = rows();
     if (document.body.getAttribute("data-page") === "queue" && list.length) selectRow(list[0], false);
+  });
+
+  // ---- attention: what waits in the tab's title, browser notifications ----
+  // The title counts what waits: on the queue, the count of the tab it shows ("Needs me (3)
+  // · Airlock", as the server renders it); elsewhere the nav badge's, in front ("(3) History
+  // · Airlock"). The same out-of-band swaps that update those counts keep the title live.
+  // New proposals that wait for review reach every open reviewer page as live notices
+  // (approvals.review.consumers; base.html's #live-shell where a page has no socket of its
+  // own); while the tab is in the background they also become browser notifications, for a
+  // reviewer who turned them on on their profile page. The choice is kept in this browser
+  // (localStorage), beside the permission it needs.
+  var NOTIFY_KEY = "airlock.notifications";
+  var NOTIFY_PAUSE = 500;  // the notices of one burst become one notification
+  var titleBase = null;
+  function titleCounter() {
+    var tab = document.querySelector(".tabs .tab[aria-current=page] .count");
+    return tab ? { el: tab, inPlace: true } : { el: document.getElementById("pending-count"), inPlace: false };
+  }
+  function showTitleCount() {
+    var counter = titleCounter();
+    if (!counter.el) return;
+    if (titleBase === null) titleBase = document.title.replace(/^\(\d+\) /, "").replace(/ \(\d+\)( · [^·]*)$/, "$1");
+    var n = parseInt(counter.el.textContent, 10) || 0;
+    var cut = titleBase.lastIndexOf(" · ");
+    var title = titleBase;
+    if (n && counter.inPlace && cut >= 0) title = titleBase.slice(0, cut) + " (" + n + ")" + titleBase.slice(cut);
+    else if (n) title = "(" + n + ") " + titleBase;
+    if (document.title !== title) document.title = title;
+  }
+  document.addEventListener("DOMContentLoaded", showTitleCount);
+  document.addEventListener("htmx:oobAfterSwap", showTitleCount);
+
+  function storedChoice(value) {
+    try {
+      if (value !== undefined) localStorage.setItem(NOTIFY_KEY, value);
+      return localStorage.getItem(NOTIFY_KEY);
+    } catch (e) { return null; }  // storage refused: notifications stay off
+  }
+  function notifying() {
+    return "Notification" in window && Notification.permission === "granted" && storedChoice() === "on";
+  }
+  var arrived = [], tellTimer = null;
+  function isNews(notice) {
+    // Told before this page was rendered (both times the server's): not news, but a notice
+    // a live connection delivered late; the page showed what it was about when it opened.
+    var since = Date.parse(document.getElementById("notices").getAttribute("data-since"));
+    return !(Date.parse(notice.getAttribute("data-at")) < since);
+  }
+  document.addEventListener("htmx:oobAfterSwap", function () {
+    document.querySelectorAll("#notices .notice-review_requested:not([data-told])").forEach(function (notice) {
+      notice.setAttribute("data-told", "1");
+      if (isNews(notice)) arrived.push(notice);
+    });
+    if (arrived.length && !tellTimer) tellTimer = setTimeout(tell, NOTIFY_PAUSE);
+  });
+  function tell() {
+    tellTimer = null;
+    var news = arrived.splice(0);
+    if (!news.length || !document.hidden || !notifying()) return;
+    var links = news.map(function (notice) { return notice.querySelector("a"); });
+    var first = news[0], title, body, tag;
+    if (news.length === 1) {
+      title = links[0].textContent + " waits for review";
+      body = [first.getAttribute("data-summary"), first.getAttribute("data-reason"), "risk " + first.getAttribute("data-risk")]
+        .filter(Boolean).join("\n");
+      tag = "airlock-proposal-" + links[0].getAttribute("href").replace(/\D/g, "");
+    } else {
+      title = news.length + " new proposals wait for review";
+      body = links.map(function (link) { return link.textContent; }).join("\n");
+      tag = "airlock-proposals";
+    }
+    var note;
+    try {
+      // The same tag from another open tab replaces it: one notification per proposal.
+      note = new Notification(title, { body: body, tag: tag });
+    } catch (e) { return; }  // where only a service worker may notify (Chrome on Android)
+    var href = news.length === 1 ? links[0].getAttribute("href") : "/queue/";
+    note.onclick = function () { window.focus(); window.location.href = href; note.close(); };
+  }
+
+  // The opt-in on the profile page: asks for the permission, keeps the choice.
+  function showOptIn() {
+    var button = document.getElementById("browser-notifications-toggle");
+    var state = document.getElementById("browser-notifications-state");
+    if (!button || !state) return;
+    button.hidden = true;
+    if (!("Notification" in window)) { state.textContent = "This browser cannot show notifications."; return; }
+    if (Notification.permission === "denied") {
+      state.textContent = "Blocked: this browser refuses Airlock's notifications (see its site settings).";
+      return;
+    }
+    var on = notifying();
+    state.textContent = on ? "On in this browser." : "Off in this browser.";
+    button.textContent = on ? "Turn off" : "Turn on";
+    button.hidden = false;
+  }
+  document.addEventListener("DOMContentLoaded", showOptIn);
+  document.addEventListener("click", function (event) {
+    if (!event.target.closest || !event.target.closest("#browser-notifications-toggle")) return;
+    if (notifying()) { storedChoice("off"); showOptIn(); return; }
+    Notification.requestPermission().then(function (permission) {
+      storedChoice(permission === "granted" ? "on" : "off");
+      showOptIn();
+    });
   });
 })();

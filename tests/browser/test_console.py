@@ -101,7 +101,7 @@ def test_a_rejection_with_a_comment_reaches_the_agent(server, login):
     page.goto(f"{server.base}/proposals/{proposal['id']}/")
     page.fill("#decision-comment", "not without a ticket")
     page.click("#reject-button")
-    page.wait_for_selector(".status-rejected")
+    page.wait_for_selector("#proposal-state .status-rejected")
     assert "not without a ticket" in page.inner_text("#proposal-state")
     _, body = server.api("GET", f"/api/v1/proposals/{proposal['id']}")
     assert body["status"] == "rejected"
@@ -215,8 +215,8 @@ def test_a_burst_of_proposals_fills_the_queue_and_leaves_a_few_notices(server, l
     page = login("reviewer")
     page.evaluate("window.__noReload = true")
     burst = [
-        server.propose_script("import os\nprint(os.getpid())\n", reason=f"burst {i}")
-        for i in range(12)
+        server.propose_script(f"import os\nprint(os.getpid(), {i})\n", reason=f"burst {i}")
+        for i in range(12)  # each its own: identical ones would be one row
     ]
     assert all(proposal["status"] == "pending" for proposal in burst), burst
     for proposal in burst:  # every one reaches the open queue, without a reload

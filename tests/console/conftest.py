@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 import pytest
@@ -20,13 +21,20 @@ def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+_made = itertools.count(1)
+
+
 def pending_proposal(agent, risk: int = 5, required: int = 1, age_minutes: int = 0, **fields):
     """A proposal held for review, made directly so the tests don't depend on the scorer."""
     now = timezone.now() - timedelta(minutes=age_minutes)
     values = {
         "agent": agent,
         "action": "script.execute",
-        "parameters": {"language": "python", "code": "import os\nprint(os.listdir('.'))\n"},
+        # Each its own code: identical proposals would be one queue row (approvals.review.grouping).
+        "parameters": {
+            "language": "python",
+            "code": f"import os\nprint(os.listdir('.'))  # {next(_made)}\n",
+        },
         "summary": "python: import os",
         "reason": "look around",
         "status": ProposalStatus.PENDING,

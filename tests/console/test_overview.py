@@ -97,6 +97,31 @@ def test_the_figures_match_a_history_counted_by_hand(seeded):
 
 
 @pytest.mark.django_db
+def test_time_to_decision_per_day_and_per_team(seeded, reviewer_client):
+    ops, _ = seeded
+    routed = [
+        row(ops, P, day(0, 2), 5, "tool.call", wait_minutes=minutes) for minutes in (4, 8, 90)
+    ]
+    for proposal, teams in zip(routed, (["dba"], ["dba", "sre"], ["sre"]), strict=True):
+        proposal.routing = {"require": dict.fromkeys(teams, 1)}
+    Proposal.objects.bulk_create(routed)
+    view = overview.overview(days=14)
+    today, yesterday = timezone.localdate(), timezone.localdate() - timedelta(days=1)
+    minutes = timedelta(minutes=1)
+    assert view.waits_per_day == [
+        (today, 3, 8 * minutes, 90 * minutes),
+        (yesterday, 3, 20 * minutes, 30 * minutes),
+    ]
+    assert view.waits_per_team == [
+        ("dba", 2, 4 * minutes, 8 * minutes),
+        ("sre", 2, 8 * minutes, 90 * minutes),
+    ]
+    html = reviewer_client.get(reverse("console:overview")).content.decode()
+    table = html.split('id="waits-per-team"')[1].split("</table>")[0]
+    assert "<td>sre</td><td>2</td><td>8 min</td><td>1 h 30 min</td>" in " ".join(table.split())
+
+
+@pytest.mark.django_db
 def test_a_longer_window_takes_in_older_proposals(seeded):
     assert overview.overview(days=30).total == 15
     assert overview.overview(days=7).total == 10

@@ -89,6 +89,22 @@ async def test_the_tabs_counts_come_as_swaps_of_their_own_beside_the_list(review
     await communicator.disconnect()
 
 
+async def test_a_page_without_a_live_view_gets_the_badge_alone(reviewer, agent):
+    """Every other page's socket (``shell=1``): the count for the badge and the tab's title,
+    and the notices; never a queue or a proposal rendered for nothing."""
+    communicator = await connect(reviewer, "shell=1")
+    await communicator.connect()
+    snapshot = await communicator.receive_from(timeout=5)
+    assert 'id="pending-count"' in snapshot and "queue-list" not in snapshot
+    await database_sync_to_async(pending_proposal)(agent)
+    from channels.layers import get_channel_layer
+
+    await get_channel_layer().group_send("proposals", {"type": "proposal.changed"})
+    html = await receive_until(communicator, "pending-count")
+    assert ">1</span>" in html and "queue-list" not in html and "proposal-state" not in html
+    await communicator.disconnect()
+
+
 async def test_the_queue_fragment_keeps_the_page_filters(reviewer, agent):
     low = await database_sync_to_async(pending_proposal)(agent, risk=2)
     high = await database_sync_to_async(pending_proposal)(agent, risk=9, required=2)

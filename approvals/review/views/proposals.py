@@ -24,7 +24,10 @@ from approvals.choices import DecisionKind
 from approvals.core import services
 from approvals.models import Agent, Decision, Proposal
 from approvals.review import charts, forms, overview
+from approvals.review.grouping import group_identical
+from approvals.review.history import history_of
 from approvals.review.paging import CappedPaginator
+from executions import targets
 
 QUEUE_LIMIT = 200
 HISTORY_PAGE_SIZE = 50
@@ -67,7 +70,7 @@ def queue_context(params, user) -> dict:
     mine = services.awaiting(user)
     proposals = queue_proposals(params, mine if view == "mine" else None)
     return {
-        "proposals": proposals,
+        "proposals": group_identical(proposals),
         "view": view,
         "mine_count": len(mine),
         "filters_active": _has_filters(params),
@@ -108,8 +111,12 @@ def proposal_for_page(pk: int) -> Proposal:
     )
 
 
-def highlighted(proposal: Proposal) -> list[tuple[str, SafeString]]:
-    """(parameter name, highlighted HTML) for the parameters that hold code or a command."""
+def highlighted(
+    proposal: Proposal, marked: list[int] | None = None
+) -> list[tuple[str, SafeString]]:
+    """(parameter name, highlighted HTML) for the parameters that hold code or a command;
+    ``marked``: the lines of the code to mark (those its risk reasons point at), each
+    with an anchor (``#code-line-N``)."""
     language = str(proposal.parameters.get("language", ""))
     blocks = []
     for name in CODE_PARAMETERS:
@@ -117,9 +124,53 @@ def highlighted(proposal: Proposal) -> list[tuple[str, SafeString]]:
         if not isinstance(value, str):
             continue
         lexer = LEXERS.get(language, BashLexer if name == "command" else TextLexer)()
-        html = highlight(value, lexer, HtmlFormatter(cssclass="code", linenos="table"))
+        marks = (
+            {"hl_lines": marked, "lineanchors": "code-line"} if marked and name == "code" else {}
+        )
+        html = highlight(value, lexer, HtmlFormatter(cssclass="code", linenos="table", **marks))
         blocks.append((name, mark_safe(html)))  # noqa: S308 - Pygments escapes the source
     return blocks
+
+
+def risk_lines(proposal: Proposal) -> list[dict]:
+    """``[{"reason", "lines"}]``: the lines of the script each risk reason points at, as
+    stored with the proposal (``risk_lines``, when its analysers knew them), kept to lines
+    the code has."""
+    located = getattr(proposal, "risk_lines", None)
+    code = proposal.parameters.get("code")
+    if not located or not isinstance(located, list) or not isinstance(code, str):
+        return []
+    count = len(code.splitlines()) or 1
+    found = []
+    for entry in located:
+        lines = entry.get("lines") if isinstance(entry, dict) else None
+        kept = sorted(
+            {
+                n
+                for n in lines or ()
+                if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= count
+            }
+        )
+        if kept:
+            found.append({"reason": str(entry.get("reason", "")), "lines": kept})
+    return found
+
+
+def beside(proposal: Proposal, user) -> dict:
+    """What the page shows beside the proposal: the lines of its code its risk reasons point
+    at, the agent's history (``approvals.review.history``), the live state of its target
+    (``executions.targets``: within a second, or "unknown")."""
+    located = risk_lines(proposal)
+    context = {
+        "risk_lines": located,
+        "history": history_of(proposal),
+        "target_state": targets.read(proposal.action, proposal.parameters),
+        "may_open_suggestions": is_admin(user),
+    }
+    if located:  # the code again, with those lines marked
+        marked = sorted({n for entry in located for n in entry["lines"]})
+        context["code_blocks"] = highlighted(proposal, marked)
+    return context
 
 
 def other_parameters(proposal: Proposal) -> str:
@@ -158,6 +209,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         **proposal_context(proposal, request.user),
         "code_blocks": highlighted(proposal),
         "parameters_json": other_parameters(proposal),
+        **beside(proposal, request.user),
     }
     return render(request, "approvals/detail.html", context)
 
@@ -199,7 +251,7 @@ def decide(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
         verb = "approved" if kind == DecisionKind.APPROVE else "rejected"
         glass = " by breaking the glass: everyone concerned is told" if break_glass else ""
         messages.success(request, f"You {verb} proposal {pk}{glass}.")
-        return redirect(_next_url(request) or reverse("console:proposal", args=[pk]))
+        return redirect(next_url(request) or reverse("console:proposal", args=[pk]))
     if status == 404:
         return render(request, "console/404.html", status=404)
     proposal = proposal_for_page(pk)
@@ -209,6 +261,7 @@ def decide(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
     context.update(
         code_blocks=highlighted(proposal),
         parameters_json=other_parameters(proposal),
+        **beside(proposal, request.user),
     )
     return render(request, "approvals/detail.html", context, status=status)
 
@@ -233,7 +286,7 @@ def break_glass_reviewed(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, exc.message)
     else:
         messages.success(request, f"Proposal {pk}'s break-glass decision is marked reviewed.")
-    return redirect(_next_url(request) or reverse("console:proposal", args=[pk]))
+    return redirect(next_url(request) or reverse("console:proposal", args=[pk]))
 
 
 def _kept_comment(pk: int, kind: str) -> str:
@@ -253,11 +306,12 @@ def _confirm_page(request: HttpRequest, pk: int, kind: str) -> HttpResponse:
         or request.GET.get("comment", "")[:4000],
         "step_up_needed": stepup.needed_for_risk(proposal.risk_score)
         and not stepup.Authentication.of_session(request).fresh(),
+        **beside(proposal, request.user),
     }
     return render(request, "approvals/detail.html", context)
 
 
-def _next_url(request: HttpRequest) -> str | None:
+def next_url(request: HttpRequest) -> str | None:
     """Where the keyboard's confirm dialog asked to return (the queue), if it is ours."""
     target = request.POST.get("next", "")
     safe = url_has_allowed_host_and_scheme(

@@ -19,6 +19,7 @@ from accounts import stepup
 from accounts.access import reviewer_required
 from approvals.core import credentials
 from approvals.review.views.proposals import (
+    beside,
     highlighted,
     other_parameters,
     proposal_context,
@@ -53,6 +54,7 @@ def reveal(request: HttpRequest, pk: int) -> HttpResponse:
             **proposal_context(proposal, request.user),
             "code_blocks": highlighted(proposal),
             "parameters_json": other_parameters(proposal),
+            **beside(proposal, request.user),  # the code marked again, the history, the target
             "revealed": True,
         }
     finally:

@@ -1,0 +1,105 @@
+"""A systemd service's live state on this host, as ``systemctl show`` describes it.
+
+Read the way the host service actions run systemctl (``executions.actions.host.run_argv``):
+``HOST_ACTIONS_SYSTEMCTL``, an argument list and never a shell, a scrubbed
+environment, its own process group killed at the deadline. Only ``show``,
+which changes nothing.
+
+Only for a service on this host (``WORKER_HOSTNAME``: the embedded deployment's
+console runs where its host actions run). A service on another host is read by
+that host's worker alone; a page cannot wait for a worker's round trip through
+the broker within its second, so its state is "unknown" and the page says why.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from executions.actions.base import ActionContext
+from executions.actions.host import SERVICE_PATTERN, run_argv
+from executions.sandboxes.base import Limits, MemorySink
+
+from .base import Fact, Reader, TargetState
+
+PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "UnitFileState",
+    "ActiveEnterTimestamp",
+    "NRestarts",
+    "MainPID",
+    "Result",
+    "Description",
+)
+OUTPUT_CAP = 64 * 1024
+
+
+def _host(parameters: dict) -> str:
+    return str(parameters.get("host") or settings.HOST_ACTIONS_DEFAULT_HOST or "")
+
+
+def name(parameters: dict) -> str:
+    service, host = str(parameters.get("service_name", "")), _host(parameters)
+    return f"{service} on {host}" if host else service
+
+
+def argv(service: str) -> list[str]:
+    """The read-only command: ``systemctl show`` of exactly these properties of ``service``."""
+    return [settings.HOST_ACTIONS_SYSTEMCTL, "show", "--property=" + ",".join(PROPERTIES), service]
+
+
+def state(parameters: dict, seconds: float) -> TargetState:
+    blank = TargetState("service", name(parameters))
+    service, host = str(parameters.get("service_name", "")), _host(parameters)
+    if service.startswith("-") or not SERVICE_PATTERN.match(service):
+        return blank.unknown("not a unit name")
+    if host != settings.WORKER_HOSTNAME:
+        return blank.unknown(
+            f"only {host or 'its host'}'s worker reads its services, and the console "
+            f"({settings.WORKER_HOSTNAME}) does not wait for a worker's answer when it opens a page"
+        )
+    sink = MemorySink(OUTPUT_CAP)
+    limits = Limits(timeout_seconds=seconds)  # its process group is killed then
+    outcome = run_argv(argv(service), ActionContext(sink=sink, limits=limits))
+    sink.close()
+    if outcome.timed_out:
+        return blank.unknown(f"systemctl did not answer within {seconds:g} s")
+    if outcome.error or outcome.exit_code != 0:
+        said = (sink.stderr.strip().splitlines() or [outcome.error or ""])[0]
+        return blank.unknown(f"systemctl show failed (exit code {outcome.exit_code}): {said}"[:300])
+    return described(blank, parse(sink.stdout))
+
+
+def parse(text: str) -> dict[str, str]:
+    """``Key=Value`` lines (a value may hold ``=``); the last of a repeated key wins."""
+    found = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in PROPERTIES:
+            found[key] = value.strip()
+    return found
+
+
+def described(blank: TargetState, shown: dict[str, str]) -> TargetState:
+    if shown.get("LoadState") == "not-found":
+        return TargetState(blank.kind, blank.name, "not found", (Fact("systemd", "no such unit"),))
+    active = shown.get("ActiveState") or "unknown"
+    sub = shown.get("SubState")
+    facts = [Fact("State", f"{active} ({sub})" if sub else active)]
+    if shown.get("ActiveEnterTimestamp"):
+        facts.append(Fact("Since", shown["ActiveEnterTimestamp"]))
+    if shown.get("NRestarts"):
+        facts.append(Fact("Restarts", shown["NRestarts"]))
+    if shown.get("MainPID") not in (None, "", "0"):
+        facts.append(Fact("Main PID", shown["MainPID"]))
+    if shown.get("Result") not in (None, "", "success"):
+        facts.append(Fact("Last result", shown["Result"]))
+    if shown.get("UnitFileState"):
+        facts.append(Fact("Enabled", shown["UnitFileState"]))
+    if shown.get("Description"):
+        facts.append(Fact("Description", shown["Description"]))
+    return TargetState(blank.kind, blank.name, active, tuple(facts))
+
+
+READER = Reader("service", name, state)
