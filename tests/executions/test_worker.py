@@ -86,6 +86,15 @@ class Worker:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def wait_ready(self, timeout: float = 90) -> None:
+        """Until the worker consumes (Celery logs "ready."): a loaded machine may take longer
+        to start one than a request waits for a session to open."""
+        deadline = time.monotonic() + timeout
+        while " ready." not in self.log():
+            assert self.process.poll() is None, self.log()[-3000:]
+            assert time.monotonic() < deadline, self.log()[-3000:]
+            time.sleep(0.1)
+
 
 @pytest.fixture
 def worker(transactional_db, scripts_allowed, tmp_path, settings):
@@ -183,6 +192,7 @@ def test_a_session_opened_and_used_through_a_separate_worker(worker, agent_and_t
     worker.kill()
     worker.env = {"SANDBOX_BACKEND": "local"}  # the backend that offers sessions everywhere
     worker.start()
+    worker.wait_ready()
     api = client_for(agent_and_token[1])
     created = api.post("/api/v1/sandboxes", {"language": "python"}, format="json").json()
     assert created["status"] == "active", (created, worker.log()[-3000:])
