@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from .actions import get_action
+from .actions.host import host_queue
 from .models import Execution
 from .sandboxes.base import Limits
 
@@ -19,11 +20,6 @@ def queue_for(action: str, parameters: dict | None = None) -> str:
     if spec is not None and spec.host_bound:
         return host_queue((parameters or {}).get("host"))
     return settings.CELERY_TASK_DEFAULT_QUEUE
-
-
-def host_queue(hostname: str | None = None) -> str:
-    """The queue only the workers of one host consume."""
-    return f"host.{hostname or settings.WORKER_HOSTNAME}"
 
 
 def elsewhere(execution: Execution, worker_host: str) -> str | None:

@@ -3,7 +3,7 @@
 from celery import shared_task
 from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 
-from . import services, sessions
+from . import services, sessions, targets
 from .output import flush_threads
 from .sandboxes import resolve_backend_name
 from .sandboxes.reaper import reap_orphans
@@ -54,3 +54,9 @@ def reap_sandboxes() -> dict:
         return {}
     report = reap_orphans()
     return {"containers": report.containers, "processes": report.processes}
+
+
+@shared_task(name=targets.remote.READ_TASK, ignore_result=True)
+def read_target(kind: str, parameters: dict, seconds: float, key: str) -> None:
+    """A page on another host waits for this host's state of a target (``targets.remote``)."""
+    targets.answer(kind, parameters, seconds, key)

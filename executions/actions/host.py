@@ -65,6 +65,11 @@ DRAIN_GRACE_SECONDS = 1.0
 # --- parameters ---------------------------------------------------------------
 
 
+def host_queue(hostname: str | None = None) -> str:
+    """The queue only the workers of ``hostname`` (this host when None) consume."""
+    return f"host.{hostname or settings.WORKER_HOSTNAME}"
+
+
 def _name_field(help_text: str, max_length: int = 255) -> serializers.CharField:
     # Whitespace is an error, not something to trim silently.
     return serializers.CharField(max_length=max_length, trim_whitespace=False, help_text=help_text)

@@ -14,25 +14,31 @@ failure, so the page always renders, and fast. It reads through the same
 paths the actions use: the engine ``DOCKER_HOST`` names (in the compose
 deployment, the Docker gate, which lets a container's inspect through for the
 containers Docker actions may touch), and the host actions' own way of running
-``HOST_ACTIONS_SYSTEMCTL`` — on this host only: a service on another host is
-read by that host's worker alone, and a worker round trip does not fit in the
-second a page waits, so it stays "unknown" and says so.
+``HOST_ACTIONS_SYSTEMCTL``; a service on another host by that host's worker,
+asked through the broker while the page waits (``remote``: the read on the
+host's queue, the answer on a Redis list; ``answer`` is the worker's side).
 
 May import ``executions.actions`` (the catalog, the actions' parameter patterns,
 the host actions' argument runner), ``executions.sandboxes`` (the sandbox label,
-an output sink) and ``dockergate.targets``; never the database. The reviewers'
-pages (``approvals.review``) call it.
+an output sink), ``dockergate.targets`` and ``infrastructure`` (the enqueue);
+never the database. The reviewers' pages (``approvals.review``) call it.
 """
 
 from __future__ import annotations
 
+import logging
+
 from executions.actions import get_action
 
-from . import containers, systemd
+from . import containers, remote, systemd
 from .base import READ_SECONDS, Fact, Reader, TargetState, within
 
 # The kind of target an action names (``ActionSpec.targets``) -> what reads its state.
+log = logging.getLogger(__name__)
+
 READERS: dict[str, Reader] = {reader.kind: reader for reader in (containers.READER, systemd.READER)}
+# The kinds another host's worker reads for a page (``remote``), and how it reads them there.
+READ_HERE = {systemd.KIND: systemd.here}
 
 
 def reader_for(action: str) -> Reader | None:
@@ -51,4 +57,28 @@ def read(action: str, parameters: dict, seconds: float = READ_SECONDS) -> Target
     return within(reader, parameters, seconds)
 
 
-__all__ = ["READERS", "READ_SECONDS", "Fact", "Reader", "TargetState", "read", "reader_for"]
+def answer(kind: str, parameters: dict, seconds: float, key: str) -> None:
+    """Read the ``kind`` target on this host and push its state to the page waiting on ``key``."""
+    blank = TargetState(kind, str(parameters.get("service_name", "")))
+    try:
+        state = (
+            READ_HERE[kind](parameters, seconds)
+            if kind in READ_HERE
+            else blank.unknown(f"no worker reads a {kind}'s state")
+        )
+    except Exception as exc:  # the page is told, not left waiting out its second
+        log.exception("reading the state of %s %s for a page failed", kind, blank.name)
+        state = blank.unknown(f"could not be read: {exc}"[:300])
+    remote.answer(key, state)
+
+
+__all__ = [
+    "READERS",
+    "answer",
+    "READ_SECONDS",
+    "Fact",
+    "Reader",
+    "TargetState",
+    "read",
+    "reader_for",
+]

@@ -5,10 +5,10 @@ Read the way the host service actions run systemctl (``executions.actions.host.r
 environment, its own process group killed at the deadline. Only ``show``,
 which changes nothing.
 
-Only for a service on this host (``WORKER_HOSTNAME``: the embedded deployment's
-console runs where its host actions run). A service on another host is read by
-that host's worker alone; a page cannot wait for a worker's round trip through
-the broker within its second, so its state is "unknown" and the page says why.
+A service on this host (``WORKER_HOSTNAME``: the embedded deployment's console
+runs where its host actions run) is read here; one on another host by that
+host's worker, asked through the broker while the page waits (``remote``), the
+same read run there (``here``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from executions.actions.base import ActionContext
 from executions.actions.host import SERVICE_PATTERN, run_argv
 from executions.sandboxes.base import Limits, MemorySink
 
+from . import remote
 from .base import Fact, Reader, TargetState
+
+KIND = "service"
 
 PROPERTIES = (
     "LoadState",
@@ -50,15 +53,24 @@ def argv(service: str) -> list[str]:
 
 
 def state(parameters: dict, seconds: float) -> TargetState:
-    blank = TargetState("service", name(parameters))
-    service, host = str(parameters.get("service_name", "")), _host(parameters)
+    blank = TargetState(KIND, name(parameters))
+    host = _host(parameters)
+    if host == settings.WORKER_HOSTNAME:
+        return here(parameters, seconds)
+    if not remote.possible():
+        return blank.unknown(
+            f"only {host or 'its host'}'s worker reads its services, and this deployment "
+            "has no broker between hosts"
+        )
+    return remote.ask(host, KIND, parameters, seconds, blank)
+
+
+def here(parameters: dict, seconds: float) -> TargetState:
+    """The service's state read on this host (a worker answering for its host runs this)."""
+    blank = TargetState(KIND, name(parameters))
+    service = str(parameters.get("service_name", ""))
     if service.startswith("-") or not SERVICE_PATTERN.match(service):
         return blank.unknown("not a unit name")
-    if host != settings.WORKER_HOSTNAME:
-        return blank.unknown(
-            f"only {host or 'its host'}'s worker reads its services, and the console "
-            f"({settings.WORKER_HOSTNAME}) does not wait for a worker's answer when it opens a page"
-        )
     sink = MemorySink(OUTPUT_CAP)
     limits = Limits(timeout_seconds=seconds)  # its process group is killed then
     outcome = run_argv(argv(service), ActionContext(sink=sink, limits=limits))
@@ -102,4 +114,4 @@ def described(blank: TargetState, shown: dict[str, str]) -> TargetState:
     return TargetState(blank.kind, blank.name, active, tuple(facts))
 
 
-READER = Reader("service", name, state)
+READER = Reader(KIND, name, state)

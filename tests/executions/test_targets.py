@@ -466,11 +466,16 @@ def test_a_systemctl_that_hangs_is_unknown_within_the_second(systemctl, settings
     assert (state.status, state.why) == ("unknown", "no answer within 1 s")
 
 
-def test_a_service_on_another_host_is_unknown_and_says_whose_worker_reads_it(systemctl, settings):
+def test_a_service_on_another_host_without_a_shared_broker_is_unknown_and_says_why(
+    systemctl, settings
+):
+    settings.REDIS_URL = None  # the embedded deployment: one host, no broker between hosts
     calls = systemctl(ACTIVE)
     state = read_service("nginx", "db-7")
     assert state.status == "unknown"
-    assert state.why.startswith("only db-7's worker reads its services")
+    assert state.why == (
+        "only db-7's worker reads its services, and this deployment has no broker between hosts"
+    )
     assert calls() == []  # nothing ran here
 
 

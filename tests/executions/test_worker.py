@@ -17,7 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals.core.services import submit
-from executions import services
+from executions import services, targets
 from executions.models import Execution, SandboxSession
 from tests import support
 
@@ -268,3 +268,62 @@ def test_sessions_reach_their_own_process_among_workers_of_one_host(
         assert "not active" in failed.error
     finally:
         other.kill()
+
+
+# A stand-in systemctl that records its arguments; only the other host's worker has it.
+SYSTEMCTL = """#!/bin/sh
+echo "$*" >> {calls}
+printf 'LoadState=loaded\\nActiveState=active\\nSubState=running\\nNRestarts=3\\n'
+printf 'Description=the cache\\n'
+"""
+
+
+@pytest.mark.skipif(
+    not django_settings.REDIS_URL, reason="another host's worker is asked through Redis (pass 2)"
+)
+def test_a_service_on_another_host_is_read_by_that_hosts_worker_while_the_page_waits(
+    transactional_db, tmp_path, settings
+):
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"airlock-test-{uuid.uuid4().hex[:12]}"
+    systemctl = tmp_path / "systemctl"
+    calls = tmp_path / "calls"
+    systemctl.write_text(SYSTEMCTL.format(calls=calls))
+    systemctl.chmod(0o755)
+    other = Worker(
+        tmp_path / "worker.log",
+        settings.CELERY_TASK_DEFAULT_QUEUE,
+        env={"HOST_ACTIONS_SYSTEMCTL": str(systemctl)},
+    )
+    other.start()
+    try:
+        other.wait_ready()
+        parameters = {"service_name": "redis", "host": other.hostname}
+        state = support.wait_for(
+            lambda: (s := targets.read("host.restart_service", parameters)).known and s,
+            30,
+            lambda: other.log()[-3000:],
+        )
+    finally:
+        other.kill()
+    assert (state.kind, state.name, state.status) == (
+        "service",
+        f"redis on {other.hostname}",
+        "active",
+    )
+    assert {f.label: f.text for f in state.facts} == {
+        "State": "active (running)",
+        "Restarts": "3",
+        "Description": "the cache",
+    }
+    assert calls.read_text().splitlines()[0].endswith(" redis")
+
+
+@pytest.mark.skipif(
+    not django_settings.REDIS_URL, reason="another host's worker is asked through Redis (pass 2)"
+)
+def test_a_host_whose_worker_is_away_reads_as_unknown_within_the_second(settings):
+    began = time.monotonic()
+    state = targets.read("host.restart_service", {"service_name": "redis", "host": "nobody-here"})
+    assert time.monotonic() - began < 5  # a second's wait, and a loaded machine's slack
+    assert state.status == "unknown"
+    assert state.why == "no answer within 1 s"
