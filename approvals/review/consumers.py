@@ -38,7 +38,9 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts.roles import is_reviewer
+from approvals.core import services
 from approvals.models import Proposal
+from approvals.notify.base import REVIEW_KINDS
 from approvals.notify.models import preferences_for
 from approvals.review.views.proposals import proposal_context, queue_context
 from executions.broadcast import PROPOSALS_GROUP
@@ -139,14 +141,19 @@ class QueueConsumer(AsyncWebsocketConsumer):
 
     def render_notices(self, events: list[dict]) -> str:
         """The notices the person's preferences let through (console notices, their risk
-        bands, outside quiet hours), rendered to be prepended one after another."""
+        bands, outside quiet hours), rendered to be prepended one after another. What asks
+        for a decision (a request for review, an expiry warning, an escalation) reaches only
+        those who may decide it now (its route's teams, not its agent's owner)."""
         preferences, now = preferences_for(self.user), timezone.now()
+        asks = any(event.get("kind") in REVIEW_KINDS for event in events)
+        theirs = set(services.awaiting(self.user)) if asks else set()
         wanted = [
             event
             for event in events
             if preferences.wants(
                 "console", event["risk"] if isinstance(event.get("risk"), int) else 0, now
             )
+            and (event.get("kind") not in REVIEW_KINDS or event["proposal_id"] in theirs)
         ]
         return "".join(
             render_to_string("console/base.html#notice", {"notice": event, "oob": True})
@@ -159,24 +166,20 @@ class QueueConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=html)
 
     def render(self, badge_only: bool = False) -> str:
-        pending = Proposal.objects.pending().count()
-        parts = [
-            render_to_string(
-                "console/base.html#pending-badge", {"pending_count": pending, "oob": True}
-            )
-        ]
-        if badge_only or self.shell:
+        """The nav badge (what waits for this reviewer) and, unless only that is owed, the
+        page's own part."""
+        if badge_only or self.shell or self.proposal_id is not None:
+            parts = [_badge(len(services.awaiting(self.user)))]
+            if not (badge_only or self.shell):
+                parts.extend(self._render_proposal())
             return "".join(parts)
-        if self.proposal_id is None:
-            parts.extend(self._render_queue(pending))
-        else:
-            parts.extend(self._render_proposal())
-        return "".join(parts)
+        return "".join(self._render_queue())
 
-    def _render_queue(self, pending: int) -> list[str]:
-        """The list and the tabs' counts (each its own out-of-band swap)."""
+    def _render_queue(self) -> list[str]:
+        """The badge, the list and the tabs' counts (each its own out-of-band swap)."""
+        pending = Proposal.objects.pending().count()
         context = {**queue_context(self.params, self.user), "pending_count": pending, "oob": True}
-        return [
+        return [_badge(context["mine_count"])] + [
             render_to_string(f"approvals/queue.html#{part}", context)
             for part in ("queue-counts", "queue-list")
         ]
@@ -197,6 +200,12 @@ class QueueConsumer(AsyncWebsocketConsumer):
             # they stay, so a comment being typed is never wiped.
             parts.append(render_to_string("approvals/detail.html#decide-area", context))
         return parts
+
+
+def _badge(awaiting: int) -> str:
+    return render_to_string(
+        "console/base.html#pending-badge", {"awaiting_count": awaiting, "oob": True}
+    )
 
 
 def _proposal_id(query_string: bytes) -> int | None:

@@ -146,10 +146,14 @@ async def test_a_burst_of_changes_is_a_few_renders_that_end_up_to_date(reviewer,
             "proposals", {"type": "proposal.changed", "proposal_id": burst[-1].pk}
         )
     frames = []
-    while not await communicator.receive_nothing(timeout=1):
-        frames.append(await communicator.receive_from(timeout=5))
+
+    def up_to_date() -> bool:
+        return bool(frames) and all(f"proposal-row-{p.pk}" in frames[-1] for p in burst)
+
+    # Until a frame shows the whole burst (however slow the machine), then a second of quiet.
+    while not up_to_date() or not await communicator.receive_nothing(timeout=1):
+        frames.append(await communicator.receive_from(timeout=30))
     assert 1 <= len(frames) <= 3, len(frames)  # one render per change was 30
-    assert all(f"proposal-row-{proposal.pk}" in frames[-1] for proposal in burst)
     await communicator.disconnect()
 
 

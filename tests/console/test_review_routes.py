@@ -89,3 +89,45 @@ def test_the_teams_page_says_who_is_in_each_team_why_and_what_waits_for_it(
     assert f"#{made} " in dba and "reviews[1]: tool:db.*" in dba
     assert "Waiting for finance (0)" in page
     assert logged_in(cast["rita"]).get(reverse("console:teams")).status_code == 403
+
+
+def test_the_nav_badge_and_the_tabs_title_count_what_waits_for_me(cast, agent_api):  # noqa: F811
+    propose(agent_api, call("db.drop_index"))  # dba and sre decide it
+    propose(agent_api, call("billing.refund", amount=1250))  # finance
+    history = reverse("console:history")
+    alice = logged_in(cast["alice"]).get(history).text
+    badge = r'<span id="pending-count" class="badge{hot}" title="proposals waiting for your decision" aria-label="{n} waiting for you">{n}</span>'
+    assert re.search(badge.format(hot=" badge-hot", n=1), alice)
+    rita = logged_in(cast["rita"]).get(history).text
+    assert re.search(badge.format(hot="", n=0), rita)  # two pending, none hers
+    overview = logged_in(cast["rita"]).get(reverse("console:overview")).text
+    assert re.search(r'<span class="figure">2</span> waiting now', overview)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("in_memory_channel_layer", "consumer_connections_closed")
+async def test_a_request_for_review_reaches_only_the_consoles_of_those_who_may_decide_it(
+    cast,  # noqa: F811
+    agent_api,
+):
+    from channels.db import database_sync_to_async
+
+    from tests.console.test_queue_consumer import connect, receive_until, send_notice
+
+    made = await database_sync_to_async(propose)(agent_api, call("db.drop_index"))
+    proposal = await database_sync_to_async(Proposal.objects.select_related("agent").get)(
+        pk=made["id"]
+    )
+    consoles = {}
+    for name in ("alice", "rita"):
+        consoles[name] = await connect(cast[name], "shell=1")
+        await consoles[name].connect()
+        snapshot = await consoles[name].receive_from(timeout=5)
+        waiting = 1 if name == "alice" else 0
+        assert f'aria-label="{waiting} waiting for you"' in snapshot
+    await send_notice(proposal, proposal.agent)
+    told = await receive_until(consoles["alice"], "notice")
+    assert f"#{proposal.pk} script.execute" in told and "waits for review" in told
+    assert await consoles["rita"].receive_nothing(timeout=1)
+    for console in consoles.values():
+        await console.disconnect()
