@@ -14,6 +14,26 @@ from approvals.core.tokens import create_agent, create_user_token
 
 pytest_plugins = ["tests.server_errors"]
 
+# What a test touches the run's database through (pytest-django's fixtures).
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
+     "live_server"}
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that touches no database (no ``django_db`` mark, none of its fixtures, not
+    marked ``redis`` or ``postgres``) runs the same whatever the run's DATABASE_URL: it is
+    ``any_database`` too, and the PostgreSQL pass leaves it out (scripts/test)."""
+    for item in items:
+        if (
+            item.get_closest_marker("django_db") is None
+            and not DATABASE_FIXTURES & set(item.fixturenames)
+            and item.get_closest_marker("redis") is None
+            and item.get_closest_marker("postgres") is None
+        ):
+            item.add_marker(pytest.mark.any_database)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _data_dirs():

@@ -26,18 +26,15 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-
-import httpx2
-import mcp_types as types
-from mcp.client import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import CONNECTION_CLOSED
+from typing import TYPE_CHECKING
 
 from approvals.gateway.config import REFERENCE, fingerprint, hidden_paths, row_of
 from approvals.gateway.models import Upstream
 from executions.sandboxes import ConfinedServer, SandboxUnavailable, ServerSpec, confined_server
+
+if TYPE_CHECKING:  # the MCP client is imported where it connects: a process that never does
+    import mcp_types as types  # (a manage command, a worker) does not pay its import
+    from mcp.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +107,11 @@ def targets() -> list[Target]:
 
 
 def _client(target: Target, stack: contextlib.AsyncExitStack) -> Client:
+    import httpx2
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
     if target.transport == Upstream.Transport.STDIO:
         server = _confined(target)
         stack.callback(server.cleanup)  # after the process has ended (entered first)
@@ -167,6 +169,8 @@ def _describe(error: BaseException) -> str:
         error = error.exceptions[0]
     if isinstance(error, FileNotFoundError):
         return f"its command was not found ({error.filename or error})"
+    import httpx2
+
     if isinstance(error, httpx2.ConnectError):
         return f"it refused the connection ({error})"
     text = str(error) or type(error).__name__
@@ -290,6 +294,9 @@ class Connection:
 
     async def call(self, tool: str, arguments: dict) -> types.CallToolResult:
         """Call ``tool`` once; never again, whatever happens to the connection."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types.jsonrpc import CONNECTION_CLOSED
+
         name, timeout = self.target.name, self.target.timeout_seconds
         client = await self.client()
         try:

@@ -355,6 +355,7 @@ def test_ordinary_proposals_are_stored_as_sent(agent_api, action, parameters):
 # --- a real serve: what it keeps on disk ---------------------------------------------
 
 
+@pytest.mark.any_database
 def test_a_real_serve_runs_them_and_keeps_none_of_them_on_disk(creds, tmp_path):
     data_dir = tmp_path / "data"
     server = start_server(data_dir, verbose=False)  # the worker's logs in logs/, as deployed

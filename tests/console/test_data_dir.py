@@ -6,7 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.serving import FOREIGN_ENV, ROOT, free_port
+
+# Its own deployment (serve, manage.py with a data dir of its own): one pass is enough.
+pytestmark = pytest.mark.any_database
 
 
 def manage(data_dir, *args, **env) -> subprocess.CompletedProcess:

@@ -93,6 +93,7 @@ def test_the_pages_with_examples_are_the_ones_expected():
     }
 
 
+@pytest.mark.any_database
 @pytest.mark.parametrize("page", PAGES, ids=[str(page) for page in PAGES])
 def test_every_shell_example_shows_what_it_prints(page, tmp_path):
     data, home = tmp_path / "data", tmp_path / "home"

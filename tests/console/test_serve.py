@@ -16,6 +16,9 @@ import pytest
 from infrastructure.sqlite.checkpoints import BACKSTOP_PAGES
 from tests.serving import reviewer_token, start_server
 
+# Its own deployment (serve, manage.py with a data dir of its own): one pass is enough.
+pytestmark = pytest.mark.any_database
+
 
 def processes_with_env(needle: str) -> list[int]:
     found = []

@@ -16,6 +16,9 @@ from cryptography.x509.oid import NameOID
 
 from tests.serving import ROOT, start_server
 
+# Its own deployment (serve, manage.py with a data dir of its own): one pass is enough.
+pytestmark = pytest.mark.any_database
+
 
 def self_signed(directory) -> tuple:
     """A certificate for 127.0.0.1 and localhost, and its key, as PEM files."""

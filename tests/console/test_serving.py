@@ -27,6 +27,7 @@ def shown(tmp_path, **env) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.any_database
 def test_hosts_and_origins_follow_the_site_url(tmp_path):
     local = shown(tmp_path)
     assert local["ALLOWED_HOSTS"] == ["localhost", "127.0.0.1", "[::1]"]
@@ -41,6 +42,7 @@ def test_hosts_and_origins_follow_the_site_url(tmp_path):
     assert given["ALLOWED_HOSTS"] == ["a.example", "b"]
 
 
+@pytest.mark.any_database
 def test_a_proxy_that_terminates_tls_is_named_by_its_header(tmp_path):
     proxied = shown(tmp_path, SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto: https")
     assert proxied["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
@@ -48,6 +50,7 @@ def test_a_proxy_that_terminates_tls_is_named_by_its_header(tmp_path):
     assert refused.returncode != 0 and "'Header-Name: value'" in refused.stderr
 
 
+@pytest.mark.any_database
 @pytest.mark.parametrize("url", ["airlock.example.com", "ftp://airlock.example.com", "https://"])
 def test_a_site_url_that_is_not_an_address_is_refused_at_start(tmp_path, url):
     refused = python_with(tmp_path, SHOW, SITE_URL=url)
@@ -55,6 +58,7 @@ def test_a_site_url_that_is_not_an_address_is_refused_at_start(tmp_path, url):
     assert "must be the console's address" in refused.stderr
 
 
+@pytest.mark.any_database
 def test_an_install_served_over_https_passes_the_deployment_checks(tmp_path):
     done = python_with(
         tmp_path,

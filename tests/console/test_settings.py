@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.serving import FOREIGN_ENV, ROOT
 
 SHOW = "from django.conf import settings as s; print(s.DEBUG, len(s.SECRET_KEY))"
@@ -29,6 +31,7 @@ def settings_with(tmp_path, **env) -> subprocess.CompletedProcess:
     return python_with(tmp_path, f"import django; django.setup(); {SHOW}", **env)
 
 
+@pytest.mark.any_database
 def test_an_embedded_install_runs_without_debug_on_a_key_of_its_own(tmp_path):
     shown = settings_with(tmp_path)
     assert shown.returncode == 0, shown.stderr
@@ -38,10 +41,12 @@ def test_an_embedded_install_runs_without_debug_on_a_key_of_its_own(tmp_path):
     assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.any_database
 def test_debug_is_on_only_when_asked_for(tmp_path):
     assert settings_with(tmp_path, DEBUG="true").stdout.split()[0] == "True"
 
 
+@pytest.mark.any_database
 def test_the_scale_deployment_wants_a_shared_key(tmp_path):
     url = "postgres://airlock@127.0.0.1:5432/airlock"
     refused = settings_with(tmp_path, DATABASE_URL=url)
@@ -67,6 +72,7 @@ def frozen_after(tmp_path, code: str) -> int:
     return int(shown.stdout.split()[-1])
 
 
+@pytest.mark.any_database
 def test_web_and_worker_processes_keep_what_they_loaded_out_of_full_collections(tmp_path):
     assert frozen_after(tmp_path, "import console.asgi") > 50_000
     worker = "import django; django.setup(); from console.celery import app; "

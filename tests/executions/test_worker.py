@@ -278,6 +278,7 @@ printf 'Description=the cache\\n'
 """
 
 
+@pytest.mark.redis
 @pytest.mark.skipif(
     not django_settings.REDIS_URL, reason="another host's worker is asked through Redis (pass 2)"
 )
@@ -318,6 +319,7 @@ def test_a_service_on_another_host_is_read_by_that_hosts_worker_while_the_page_w
     assert calls.read_text().splitlines()[0].endswith(" redis")
 
 
+@pytest.mark.redis
 @pytest.mark.skipif(
     not django_settings.REDIS_URL, reason="another host's worker is asked through Redis (pass 2)"
 )

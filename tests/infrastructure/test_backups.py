@@ -12,6 +12,9 @@ import pytest
 
 from tests.serving import FOREIGN_ENV, ROOT, lift_agent_limits, manage, start_server
 
+# Its own deployment (serve, manage.py with a data dir of its own): one pass is enough.
+pytestmark = pytest.mark.any_database
+
 
 def run(data_dir, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """A management command that may fail: its exit code and output."""
@@ -32,6 +35,9 @@ def count(data_dir, model: str) -> int:
     )
 
 
+PACE_SECONDS = 0.03
+
+
 def backed_up_while_proposing(data, destination, env: dict | None = None) -> tuple[str, list[int]]:
     """``manage.py backup --verify`` while an agent proposes: what it said, each proposal's status."""
     server = start_server(data, extra_env=env)
@@ -39,7 +45,9 @@ def backed_up_while_proposing(data, destination, env: dict | None = None) -> tup
     stop, made = threading.Event(), []
 
     def keep_proposing():
-        while not stop.is_set():
+        # Some tens a second, each run by the worker: writes all through the backup, while
+        # leaving the machine to the backup (flat out, the runs took most of the test's time).
+        while not stop.wait(PACE_SECONDS):
             body = {"action": "script.execute", "parameters": {"language": "python", "code": "1"}}
             made.append(server.api("POST", "/api/v1/proposals", body)[0])
 

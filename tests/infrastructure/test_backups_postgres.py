@@ -17,6 +17,9 @@ from tests.infrastructure.test_backups import backed_up_while_proposing, run
 from tests.serving import manage
 from tests.support import port_open, require
 
+# Databases of its own on the local PostgreSQL, whatever the run's: one pass is enough.
+pytestmark = pytest.mark.any_database
+
 SERVER = "postgres://postgres@127.0.0.1:5432"
 KEY = "backup-test-" + "k" * 40
 

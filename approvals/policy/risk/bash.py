@@ -17,11 +17,10 @@ least medium and scanned for dangerous words.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from typing import Any
-
-import bashlex
 
 from approvals.policy.risk.base import Finding, located
 from approvals.policy.risk.bash_text import prepare, scan_text
@@ -112,16 +111,21 @@ _INLINE_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _guard_parameter_expansion() -> None:
-    """Make bashlex fail instead of hanging on ``${`` without a closing brace.
+@functools.cache
+def _bashlex() -> Any:
+    """bashlex, imported on the first script to read (building its parser takes a
+    quarter of a second, which every process that never reads Bash should not pay), and
+    made to fail instead of hanging on ``${`` without a closing brace.
 
     bashlex 0.18 answers such a word (``'${'a%``) with position 0, so its
     expansion loop starts over forever while its buffer grows without bound:
     one crafted proposal would hang a worker and eat its memory.
     """
+    import bashlex
+
     original = bashlex.subst._paramexpand
     if getattr(original, "guarded", False):
-        return
+        return bashlex
 
     def guarded(parser: Any, string: str, start: int) -> tuple[Any, int]:
         node, end = original(parser, string, start)
@@ -131,9 +135,7 @@ def _guard_parameter_expansion() -> None:
 
     guarded.guarded = True  # type: ignore[attr-defined]
     bashlex.subst._paramexpand = guarded
-
-
-_guard_parameter_expansion()
+    return bashlex
 
 
 def analyse_bash(code: str, depth: int = 0) -> list[Finding]:
@@ -142,7 +144,7 @@ def analyse_bash(code: str, depth: int = 0) -> list[Finding]:
         return []
     prepared = prepare(code)
     try:
-        trees = bashlex.parse(prepared)
+        trees = _bashlex().parse(prepared)
     except Exception as exc:  # bashlex raises many types for input it cannot read
         detail = short(str(exc) or type(exc).__name__, 50)
         return [
