@@ -17,7 +17,10 @@ Every call speaks the published REST API (``/api/v1/schema/``) with httpx.
 
 Owns the clients (``client``), the protocol they share, written once as
 steps that yield requests (``flows``), the answers' types (``types``) and
-the exceptions (``errors``). Imports nothing of Airlock's server.
+the exceptions (``errors``); and the agent frameworks' approval hooks answered
+by Airlock, each an optional extra that alone imports its framework
+(``langgraph``, ``openai_agents``, ``pydantic_ai``). Imports nothing of
+Airlock's server.
 """
 
 from airlock_sdk.client import Airlock, AsyncAirlock
