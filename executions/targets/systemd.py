@@ -16,7 +16,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from executions.actions.base import ActionContext
-from executions.actions.host import SERVICE_PATTERN, run_argv
+from executions.actions.host import HOST_PATTERN, SERVICE_PATTERN, run_argv
 from executions.sandboxes.base import Limits, MemorySink
 
 from . import remote
@@ -47,6 +47,12 @@ def name(parameters: dict) -> str:
     return f"{service} on {host}" if host else service
 
 
+def _unit_name(parameters: dict) -> str:
+    """The service's name if it is one systemctl takes as a unit (never an option), else ""."""
+    service = str(parameters.get("service_name", ""))
+    return service if not service.startswith("-") and SERVICE_PATTERN.match(service) else ""
+
+
 def argv(service: str) -> list[str]:
     """The read-only command: ``systemctl show`` of exactly these properties of ``service``."""
     return [settings.HOST_ACTIONS_SYSTEMCTL, "show", "--property=" + ",".join(PROPERTIES), service]
@@ -57,6 +63,8 @@ def state(parameters: dict, seconds: float) -> TargetState:
     host = _host(parameters)
     if host == settings.WORKER_HOSTNAME:
         return here(parameters, seconds)
+    if not _unit_name(parameters) or not HOST_PATTERN.match(host):
+        return blank.unknown("not a unit name on a host name")  # nothing is asked of anyone
     if not remote.possible():
         return blank.unknown(
             f"only {host or 'its host'}'s worker reads its services, and this deployment "
@@ -68,8 +76,8 @@ def state(parameters: dict, seconds: float) -> TargetState:
 def here(parameters: dict, seconds: float) -> TargetState:
     """The service's state read on this host (a worker answering for its host runs this)."""
     blank = TargetState(KIND, name(parameters))
-    service = str(parameters.get("service_name", ""))
-    if service.startswith("-") or not SERVICE_PATTERN.match(service):
+    service = _unit_name(parameters)
+    if not service:
         return blank.unknown("not a unit name")
     sink = MemorySink(OUTPUT_CAP)
     limits = Limits(timeout_seconds=seconds)  # its process group is killed then

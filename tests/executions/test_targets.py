@@ -488,3 +488,19 @@ def test_the_proposal_page_shows_the_services_state(systemctl, settings, agent, 
     html = page(reviewer, proposal.pk)[0].content.decode()
     assert 'id="target-status">active</span>' in html
     assert "<dt>State</dt><dd>active (running)</dd>" in html
+
+
+@pytest.mark.parametrize(
+    ("service", "host"), [("--all", "db-7"), ("nginx; reboot", "db-7"), ("nginx", "db 7;x")]
+)
+def test_a_name_systemctl_would_not_take_as_a_unit_asks_no_host(
+    monkeypatch, settings, service, host
+):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # hosts that share a broker: they could be asked
+    asked = []
+    monkeypatch.setattr("executions.targets.remote.enqueue", lambda *a, **kw: asked.append(a))
+    state = read_service(service, host)
+    assert (state.status, state.why) == ("unknown", "not a unit name on a host name")
+    assert asked == []
+    if service != "nginx":  # on this host, the same name is not run either
+        assert read_service(service, settings.WORKER_HOSTNAME).why == "not a unit name"
