@@ -182,7 +182,12 @@ class Airlock:
         try:
             request = next(flow)
             while True:
-                request = flow.send(self._send(request))
+                try:
+                    answer = self._send(request)
+                except ApiError as refused:  # the flow may take a refusal (or it goes on up)
+                    request = flow.throw(refused)
+                else:
+                    request = flow.send(answer)
         except StopIteration as done:
             return done.value
 
@@ -208,11 +213,12 @@ class Airlock:
         return self._drive(flows.propose(action, parameters, reason, urgency, idempotency_key))
 
     def wait(self, proposal: Proposal | int, *, until: str = "decided",
-             timeout: float = 3600) -> Proposal:  # fmt: skip
+             timeout: float = 3600, withdraw_reason: str | None = None) -> Proposal:  # fmt: skip
         """The proposal once decided, or (``until="finished"``) once its run ended;
         ``Denied``, ``Rejected``, ``Expired`` or ``Withdrawn`` if it will not run,
-        ``NotDecided`` if still pending after ``timeout`` seconds."""
-        return self._drive(flows.wait(proposal, until, timeout))
+        ``NotDecided`` if still pending after ``timeout`` seconds: withdrawn first when
+        ``withdraw_reason`` is given (a decision made meanwhile stands)."""
+        return self._drive(flows.wait(proposal, until, timeout, withdraw_reason))
 
     def withdraw(self, proposal_id: Proposal | int, reason: str = "") -> Proposal:
         """Take back a pending proposal of this agent (one nobody needs any more): it is
@@ -285,7 +291,12 @@ class AsyncAirlock:
         try:
             request = next(flow)
             while True:
-                request = flow.send(await self._send(request))
+                try:
+                    answer = await self._send(request)
+                except ApiError as refused:
+                    request = flow.throw(refused)
+                else:
+                    request = flow.send(answer)
         except StopIteration as done:
             return done.value
 
@@ -308,8 +319,8 @@ class AsyncAirlock:
         )
 
     async def wait(self, proposal: Proposal | int, *, until: str = "decided",
-                   timeout: float = 3600) -> Proposal:  # fmt: skip
-        return await self._drive(flows.wait(proposal, until, timeout))
+                   timeout: float = 3600, withdraw_reason: str | None = None) -> Proposal:  # fmt: skip
+        return await self._drive(flows.wait(proposal, until, timeout, withdraw_reason))
 
     async def withdraw(self, proposal_id: Proposal | int, reason: str = "") -> Proposal:
         """``Airlock.withdraw``: the pending proposal taken back, ``withdrawn``."""

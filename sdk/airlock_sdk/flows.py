@@ -1,6 +1,6 @@
 """The protocol, written once for both clients: each operation is a generator that yields
-the ``Request`` it needs next and is sent the answer's JSON; what it returns is the
-operation's result. ``client.Airlock`` drives them with httpx's client,
+the ``Request`` it needs next and is sent the answer's JSON (or thrown the ``ApiError``
+the API refused it with); what it returns is the operation's result. ``client.Airlock`` drives them with httpx's client,
 ``client.AsyncAirlock`` with its async one.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock_sdk.errors import ENDED, Failed, NotDecided
+from airlock_sdk.errors import ENDED, ApiError, Failed, NotDecided
 from airlock_sdk.types import Proposal, Result
 
 WAIT_STEP = 30  # seconds of one long-poll
@@ -55,11 +55,16 @@ def propose(
 
 
 def wait(
-    proposal: Proposal | int, until: str = "decided", timeout: float = 3600
+    proposal: Proposal | int,
+    until: str = "decided",
+    timeout: float = 3600,
+    withdraw_reason: str | None = None,
 ) -> Generator[Request, dict, Proposal]:
     """The proposal once decided (``until="decided"``) or once its run ended
     (``"finished"``); ``Denied``, ``Rejected``, ``Expired``, ``Withdrawn`` if it will not
-    run, ``NotDecided`` if still pending after ``timeout`` seconds."""
+    run, ``NotDecided`` if still pending after ``timeout`` seconds. With
+    ``withdraw_reason``, one still pending then is first withdrawn with that reason, so
+    nobody approves it later; if it was decided meanwhile, that decision stands."""
     pk = proposal if isinstance(proposal, int) else proposal.id
     deadline = time.monotonic() + timeout
     current = proposal if isinstance(proposal, Proposal) else None
@@ -67,6 +72,8 @@ def wait(
         left = deadline - time.monotonic()
         if current is not None and left <= 0:
             if current.status == "pending":
+                if withdraw_reason is not None:
+                    return (yield from _withdrawn_late(current, until, timeout, withdraw_reason))
                 raise NotDecided(current, timeout)
             return current  # decided, its run not ended in time: the caller reads its state
         step = min(WAIT_STEP, max(int(left), 1)) if current is not None else 0
@@ -83,6 +90,20 @@ def _reached(proposal: Proposal, until: str) -> bool:
     if proposal.status == "pending":
         return False
     return until == "decided" or proposal.execution_status in TERMINAL
+
+
+def _withdrawn_late(
+    current: Proposal, until: str, timeout: float, reason: str
+) -> Generator[Request, dict, Proposal]:
+    """``NotDecided`` once ``current`` is withdrawn; or, when the withdrawal finds it
+    decided just now (409), its decision as it stands (``wait`` at once)."""
+    try:
+        yield from withdraw(current, reason)
+    except ApiError as refused:
+        if refused.status != 409:
+            raise
+        return (yield from wait(current.id, until, 0))
+    raise NotDecided(current, timeout)
 
 
 def withdraw(proposal: Proposal | int, reason: str = "") -> Generator[Request, dict, Proposal]:
@@ -124,15 +145,19 @@ def report(
 
 
 def tool_call(
-    tool: str, arguments: dict[str, Any], reason: str, timeout: float
+    tool: str,
+    arguments: dict[str, Any],
+    reason: str,
+    timeout: float,
+    withdraw_reason: str | None = None,
 ) -> Generator[Request, dict, Proposal]:
     """A tool call proposed and decided: the approved proposal (its execution waits for
     the report); ``Denied``, ``Rejected``, ``Expired``, ``Withdrawn``, ``NotDecided``
-    otherwise."""
+    otherwise (withdrawn first with ``withdraw_reason``, as ``wait`` says)."""
     proposal = yield from propose(
         "tool.call", {"tool": tool, "arguments": jsonable(arguments)}, reason=reason
     )
-    return (yield from wait(proposal, "decided", timeout))
+    return (yield from wait(proposal, "decided", timeout, withdraw_reason))
 
 
 def jsonable(value: Any) -> Any:

@@ -33,7 +33,7 @@ from langgraph.types import Command, Interrupt, interrupt
 
 from airlock_sdk import flows
 from airlock_sdk.client import Airlock, AsyncAirlock
-from airlock_sdk.errors import ApiError, Denied, Ended, Expired, NotDecided, Rejected
+from airlock_sdk.errors import Denied, Ended, Expired, NotDecided, Rejected
 from airlock_sdk.types import Proposal
 
 __all__ = ["AirlockTool", "Decision", "approval", "aresume", "requires_approval", "resume"]
@@ -187,16 +187,7 @@ def requires_approval(airlock, tools, *, prefix="", reason=None, timeout=3600,
 
 def _decided(airlock: Airlock, tool: str, arguments: dict, reason: str, timeout: float) -> Proposal:
     """The approved proposal of this call; ``Ended`` or ``NotDecided`` (then withdrawn)."""
-    try:
-        return airlock._drive(flows.tool_call(tool, arguments, reason, timeout))
-    except NotDecided as late:
-        try:
-            airlock.withdraw(late.proposal, reason=_stopped(timeout))
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            return airlock.wait(late.proposal.id, timeout=0)  # decided just before
-        raise
+    return airlock._drive(flows.tool_call(tool, arguments, reason, timeout, _stopped(timeout)))
 
 
 async def _adecided(
@@ -204,16 +195,9 @@ async def _adecided(
 ) -> Proposal:
     if not isinstance(airlock, AsyncAirlock):
         return await asyncio.to_thread(_decided, airlock, tool, arguments, reason, timeout)
-    try:
-        return await airlock._drive(flows.tool_call(tool, arguments, reason, timeout))
-    except NotDecided as late:
-        try:
-            await airlock.withdraw(late.proposal, reason=_stopped(timeout))
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            return await airlock.wait(late.proposal.id, timeout=0)
-        raise
+    return await airlock._drive(
+        flows.tool_call(tool, arguments, reason, timeout, _stopped(timeout))
+    )
 
 
 async def _areport(airlock: Airlock | AsyncAirlock, approved: Proposal, **outcome: Any) -> None:

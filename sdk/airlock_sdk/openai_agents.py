@@ -31,7 +31,7 @@ from agents.run_config import ToolErrorFormatterArgs
 from agents.tool_context import ToolContext
 
 from airlock_sdk.client import Airlock, AsyncAirlock
-from airlock_sdk.errors import AirlockError, ApiError, Ended, NotDecided
+from airlock_sdk.errors import AirlockError, Ended, NotDecided
 
 __all__ = ["run", "run_sync"]
 
@@ -112,16 +112,12 @@ async def _decide(
     )
     try:
         try:
-            approved = await airlock.wait(proposal, timeout=timeout)
-        except NotDecided:
-            try:
-                await airlock.withdraw(
-                    proposal, reason=f"the agent stopped waiting after {timeout:g} s"
-                )
-            except ApiError as exc:  # decided just now: that decision stands
-                if exc.status != 409:
-                    raise
-            approved = await airlock.wait(proposal.id, timeout=0)  # as it now stands
+            approved = await airlock.wait(
+                proposal, timeout=timeout,
+                withdraw_reason=f"the agent stopped waiting after {timeout:g} s",
+            )  # fmt: skip
+        except NotDecided:  # withdrawn: as it now stands
+            approved = await airlock.wait(proposal.id, timeout=0)
     except Ended as exc:
         return f"Not done: {exc.proposal.status} in Airlock ({exc.reason})."
     raw = item.raw_item

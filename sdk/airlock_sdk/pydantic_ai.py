@@ -39,7 +39,7 @@ from pydantic_core import to_jsonable_python
 
 from airlock_sdk import flows
 from airlock_sdk.client import Airlock, AsyncAirlock
-from airlock_sdk.errors import AirlockError, ApiError, Ended, NotDecided
+from airlock_sdk.errors import AirlockError, Ended, NotDecided
 from airlock_sdk.types import Proposal
 
 METADATA_KEY = "airlock"  # DeferredToolResults.metadata[id][METADATA_KEY]: the proposal's ids
@@ -122,27 +122,15 @@ class AirlockApprovals(AbstractCapability[Any]):
         parameters = {"tool": self.prefix + call.tool_name, "arguments": flows.jsonable(arguments)}
         try:
             proposal = await self._call("propose", "tool.call", parameters, reason=reason)
-            try:
-                proposal = await self._call("wait", proposal, timeout=self.timeout)
-            except NotDecided as late:
-                proposal = await self._withdraw(late)
+            proposal = await self._call(
+                "wait", proposal, timeout=self.timeout,
+                withdraw_reason=f"the agent stopped waiting after {self.timeout:g} s",
+            )  # fmt: skip
         except Ended as exc:
             return ToolDenied(f"Airlock: {exc}"), exc.proposal
         except NotDecided as exc:
             return ToolDenied(f"Airlock: {exc}"), None
         return True, proposal
-
-    async def _withdraw(self, late: NotDecided) -> Proposal:
-        """Take back a proposal nobody decided in time, so nobody approves it later; one
-        decided meanwhile stands (its decision, or ``Ended``)."""
-        reason = f"the agent stopped waiting after {self.timeout:g} s"
-        try:
-            await self._call("withdraw", late.proposal, reason)
-        except ApiError as refused:
-            if refused.status != 409:  # not 'already decided'
-                raise
-            return await self._call("wait", late.proposal.id, timeout=0)
-        raise late
 
     async def _call(self, name: str, *args, **kwargs) -> Any:
         method = getattr(self.airlock, name)

@@ -293,6 +293,27 @@ def test_the_async_client_withdraws(deployment):
     assert (withdrawn.status, withdrawn.raw["withdraw_reason"]) == ("withdrawn", "changed my mind")
 
 
+def test_a_wait_that_runs_out_withdraws_unless_a_decision_came_first(airlock, deployment):
+    from airlock_sdk import flows
+
+    waited = airlock.propose("tool.call", {"tool": "billing.w", "arguments": {}})
+    with pytest.raises(airlock_sdk.NotDecided):
+        airlock.wait(waited, timeout=0, withdraw_reason="the agent stopped waiting")
+    with pytest.raises(airlock_sdk.Withdrawn) as gone:
+        airlock.wait(waited.id)
+    assert gone.value.reason == "the agent stopped waiting"
+
+    # Approved while the client still saw it pending: the withdrawal's 409, then the decision.
+    stale = airlock.propose("tool.call", {"tool": "billing.w", "arguments": {}})
+    _, approved = deployment.api(
+        "POST", f"/api/v1/proposals/{stale.id}/approve", {"comment": "go"},
+        token=deployment.reviewer,
+    )  # fmt: skip
+    assert approved["status"] == "approved", approved
+    decided = airlock._drive(flows.wait(stale, "decided", 0, "the agent stopped waiting"))
+    assert (decided.id, decided.status) == (stale.id, "approved")
+
+
 @pytest.fixture(scope="module")
 def limited(deployment):
     """Agents with limits of their own: one pending proposal (queue-bot), 30 proposals a
