@@ -7,8 +7,12 @@ missing engine is a broken pipeline, not a reason to pass.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+import textwrap
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +106,50 @@ def any_sandbox(request) -> Iterator[tuple[str, Sandbox]]:
     sandbox = backend_class(backend)(**kwargs)
     yield name, sandbox
     sandbox.close()
+
+
+@pytest.fixture
+def systemctl(tmp_path: Path, settings):
+    """A stand-in systemctl that records its argv, prints ``output`` and exits with ``code``
+    (after ``sleep`` seconds), named by ``HOST_ACTIONS_SYSTEMCTL`` (the path a worker is
+    given too); returns the calls it recorded."""
+    record = tmp_path / "calls.jsonl"
+
+    def install(output: str = "", code: int = 0, sleep: float = 0, stderr: str = ""):
+        path = tmp_path / "systemctl"
+        path.write_text(
+            textwrap.dedent(
+                f"""\
+                #!{sys.executable}
+                import json, sys, time
+                with open({str(record)!r}, "a") as f:
+                    f.write(json.dumps(sys.argv) + "\\n")
+                time.sleep({sleep})
+                sys.stdout.write({output!r})
+                sys.stderr.write({stderr!r})
+                sys.exit({code})
+                """
+            )
+        )
+        path.chmod(0o755)
+        settings.HOST_ACTIONS_SYSTEMCTL = str(path)
+        return lambda: (
+            [json.loads(line) for line in record.read_text().splitlines()]
+            if record.exists()
+            else []
+        )
+
+    return install
+
+
+ACTIVE = """\
+LoadState=loaded
+ActiveState=active
+SubState=running
+UnitFileState=enabled
+ActiveEnterTimestamp=Thu 2026-11-26 09:12:44 UTC
+NRestarts=2
+MainPID=4242
+Result=success
+Description=A high performance web server = and a reverse proxy
+"""

@@ -12,15 +12,11 @@ its argv, as in tests/executions/test_host_actions.py.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import socket
-import sys
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -31,6 +27,7 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from approvals.core.services import submit
 from dockergate.targets import Targets
 from executions import targets
+from tests.executions.conftest import ACTIVE
 from tests.executions.test_docker_actions import require_engine
 from tests.support import require, wait_for
 
@@ -357,52 +354,6 @@ def test_without_located_reasons_nothing_is_marked(agent, reviewer):
 
 
 # --- systemd services ---------------------------------------------------------
-
-
-@pytest.fixture
-def systemctl(tmp_path: Path, settings):
-    """A stand-in systemctl that records its argv, prints ``output`` and exits with ``code``
-    (after ``sleep`` seconds); returns the calls it recorded."""
-    record = tmp_path / "calls.jsonl"
-
-    def install(output: str = "", code: int = 0, sleep: float = 0, stderr: str = ""):
-        path = tmp_path / "systemctl"
-        path.write_text(
-            textwrap.dedent(
-                f"""\
-                #!{sys.executable}
-                import json, sys, time
-                with open({str(record)!r}, "a") as f:
-                    f.write(json.dumps(sys.argv) + "\\n")
-                time.sleep({sleep})
-                sys.stdout.write({output!r})
-                sys.stderr.write({stderr!r})
-                sys.exit({code})
-                """
-            )
-        )
-        path.chmod(0o755)
-        settings.HOST_ACTIONS_SYSTEMCTL = str(path)
-        return lambda: (
-            [json.loads(line) for line in record.read_text().splitlines()]
-            if record.exists()
-            else []
-        )
-
-    return install
-
-
-ACTIVE = """\
-LoadState=loaded
-ActiveState=active
-SubState=running
-UnitFileState=enabled
-ActiveEnterTimestamp=Thu 2026-11-26 09:12:44 UTC
-NRestarts=2
-MainPID=4242
-Result=success
-Description=A high performance web server = and a reverse proxy
-"""
 
 
 def read_service(service: str, host: str):

@@ -20,6 +20,7 @@ from approvals.core.services import submit
 from executions import services, targets
 from executions.models import Execution, SandboxSession
 from tests import support
+from tests.executions.conftest import ACTIVE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -270,31 +271,22 @@ def test_sessions_reach_their_own_process_among_workers_of_one_host(
         other.kill()
 
 
-# A stand-in systemctl that records its arguments; only the other host's worker has it.
-SYSTEMCTL = """#!/bin/sh
-echo "$*" >> {calls}
-printf 'LoadState=loaded\\nActiveState=active\\nSubState=running\\nNRestarts=3\\n'
-printf 'Description=the cache\\n'
-"""
-
-
 @pytest.mark.redis
 @pytest.mark.skipif(
     not django_settings.REDIS_URL, reason="another host's worker is asked through Redis (pass 2)"
 )
 def test_a_service_on_another_host_is_read_by_that_hosts_worker_while_the_page_waits(
-    transactional_db, tmp_path, settings
+    transactional_db, tmp_path, settings, systemctl
 ):
     settings.CELERY_TASK_DEFAULT_QUEUE = f"airlock-test-{uuid.uuid4().hex[:12]}"
-    systemctl = tmp_path / "systemctl"
-    calls = tmp_path / "calls"
-    systemctl.write_text(SYSTEMCTL.format(calls=calls))
-    systemctl.chmod(0o755)
+    calls = systemctl(ACTIVE)
+    # Only the other host's worker has the stand-in: an answer read here would be "unknown".
     other = Worker(
         tmp_path / "worker.log",
         settings.CELERY_TASK_DEFAULT_QUEUE,
-        env={"HOST_ACTIONS_SYSTEMCTL": str(systemctl)},
+        env={"HOST_ACTIONS_SYSTEMCTL": settings.HOST_ACTIONS_SYSTEMCTL},
     )
+    settings.HOST_ACTIONS_SYSTEMCTL = "/bin/false"
     other.start()
     try:
         other.wait_ready()
@@ -313,10 +305,13 @@ def test_a_service_on_another_host_is_read_by_that_hosts_worker_while_the_page_w
     )
     assert {f.label: f.text for f in state.facts} == {
         "State": "active (running)",
-        "Restarts": "3",
-        "Description": "the cache",
+        "Since": "Thu 2026-11-26 09:12:44 UTC",
+        "Restarts": "2",
+        "Main PID": "4242",
+        "Enabled": "enabled",
+        "Description": "A high performance web server = and a reverse proxy",
     }
-    assert calls.read_text().splitlines()[0].endswith(" redis")
+    assert calls() and all(argv[-1] == "redis" for argv in calls())
 
 
 @pytest.mark.redis
