@@ -11,6 +11,7 @@ anything is written::
         env: {GITHUB_PERSONAL_ACCESS_TOKEN: "${GITHUB_TOKEN}"}
         read: [/opt/mcp/github]       # what of the host its sandbox shows it, beside
         write: []                     # the system dirs, its installation and /work
+        network: [api.github.com:443] # the hosts it may reach (through its proxy); none if absent
       crm:
         url: https://crm.example.com/mcp
         headers: {Authorization: "Bearer ${CRM_TOKEN}"}
@@ -36,18 +37,20 @@ from django.db import transaction
 
 from approvals.gateway.models import Upstream
 from audit.services import record
-from executions.sandboxes import overlaps
+from executions.sandboxes import EgressError, network_entry, overlaps
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
 MAX_TIMEOUT_SECONDS = 3600
+MAX_NETWORK = 64
 FIELDS = (
     "command",
     "env",
     "read",
     "write",
+    "network",
     "url",
     "headers",
     "timeout_seconds",
@@ -92,6 +95,7 @@ def clean(name: object, data: object) -> dict:
         "env": {},
         "read": [],
         "write": [],
+        "network": [],
         "url": "",
         "headers": {},
         "timeout_seconds": 60,
@@ -107,6 +111,7 @@ def clean(name: object, data: object) -> dict:
         row["env"] = _mapping(data.get("env"), "env", ENV_NAME, problems)
         row["read"] = _paths(data.get("read"), "read", problems)
         row["write"] = _paths(data.get("write"), "write", problems)
+        row["network"] = _network(data.get("network"), problems)
         if data.get("headers"):
             problems.append("headers: only for an upstream reached at a url")
     if has_url:
@@ -115,7 +120,7 @@ def clean(name: object, data: object) -> dict:
         row["headers"] = _mapping(data.get("headers"), "headers", HEADER_NAME, problems)
         if data.get("env"):
             problems.append("env: only for an upstream started as a command")
-        for field in ("read", "write"):
+        for field in ("read", "write", "network"):
             if data.get(field):
                 problems.append(f"{field}: only for an upstream started as a command")
     timeout = data.get("timeout_seconds", 60)
@@ -166,6 +171,25 @@ def _paths(value: object, field: str, problems: list[str]) -> list[str]:
         elif what := hidden_in(path):
             problems.append(f"{field}: {path} would show the upstream {what}")
     return value
+
+
+def _network(value: object, problems: list[str]) -> list[str]:
+    """The host:port pairs a stdio upstream may connect to, as written (duplicates dropped)."""
+    if value in (None, []):
+        return []
+    if not isinstance(value, list) or not value or len(value) > MAX_NETWORK:
+        problems.append(f"network: a list of host:port entries (at most {MAX_NETWORK})")
+        return []
+    found = []
+    for entry in value:
+        try:
+            text = str(network_entry(entry))
+        except EgressError as exc:
+            problems.append(f"network: {exc}")
+            continue
+        if text not in found:
+            found.append(text)
+    return found
 
 
 def hidden_paths() -> list[tuple[str, str]]:
@@ -232,6 +256,7 @@ def audit_data(name: str, row: dict) -> dict:
         "env_names": sorted(row["env"]),
         "read": row.get("read", []),
         "write": row.get("write", []),
+        "network": row.get("network", []),
         "header_names": sorted(row["headers"]),
         "timeout_seconds": row["timeout_seconds"],
         "enabled": row["enabled"],

@@ -6,9 +6,10 @@ task groups must be entered and left by one task, while calls come from the
 tasks of many requests. An upstream whose process died, or whose connection
 closed, is opened again on the next use; the call that found it dead is
 never sent again (nothing is called upstream twice). A stdio upstream runs in
-a sandbox (``executions.sandboxes.confined_server``): no network, nothing of
-Airlock's environment, data dir, database or keys, only the host's system
-dirs, its installation and the paths its configuration lists; its stderr
+a sandbox (``executions.sandboxes.confined_server``): nothing of Airlock's
+environment, data dir, database or keys, only the host's system dirs, its
+installation and the paths its configuration lists, and of the network only
+the hosts its ``network`` lists (none by default), through a proxy; its stderr
 goes to this module's log, a line at a time, named. A changed configuration
 (its fingerprint) closes the old connection and opens a new one.
 
@@ -63,6 +64,7 @@ class Target:
     env: tuple[tuple[str, str], ...]
     read: tuple[str, ...]
     write: tuple[str, ...]
+    network: tuple[str, ...]  # host:port it may reach, through its proxy
     hidden: tuple[str, ...]  # Airlock's own paths, which its sandbox never shows
     url: str
     headers: tuple[tuple[str, str], ...]
@@ -92,6 +94,7 @@ def target_of(upstream: Upstream) -> Target:
         env=env,
         read=tuple(upstream.read),
         write=tuple(upstream.write),
+        network=tuple(upstream.network),
         hidden=tuple(path for _, path in hidden_paths()),
         url=upstream.url,
         headers=headers,
@@ -128,14 +131,16 @@ def _client(target: Target, stack: contextlib.AsyncExitStack) -> Client:
 
 
 def _confined(target: Target) -> ConfinedServer:
-    """The upstream's command in a sandbox: no network, no view of Airlock's data or
-    environment, the host's system dirs and the paths it was given, a scratch /work."""
+    """The upstream's command in a sandbox: no view of Airlock's data or environment, the
+    host's system dirs and the paths it was given, a scratch /work, and of the network
+    only the hosts its ``network`` lists."""
     spec = ServerSpec(
         name=target.name,
         argv=target.command,
         env=target.env,
         read=target.read,
         write=target.write,
+        network=target.network,
         hidden=target.hidden,
     )
     try:

@@ -12,7 +12,8 @@ class Upstream(models.Model):
     ``${NAME}``, so a secret need not be kept in the database; the console and
     the audit trail show their names, never their values. A stdio upstream
     runs sandboxed (``connections``): of the host it sees the system
-    directories, its installation, and ``read`` / ``write``.
+    directories, its installation, and ``read`` / ``write``; of the network,
+    only the ``host:port`` pairs ``network`` lists, through a proxy of its own.
     """
 
     class Transport(models.TextChoices):
@@ -26,6 +27,7 @@ class Upstream(models.Model):
     # For stdio: the host paths its sandbox shows it, read-only and writable (absolute).
     read = models.JSONField(default=list, blank=True)
     write = models.JSONField(default=list, blank=True)
+    network = models.JSONField(default=list, blank=True)  # for stdio: host:port it may reach
     url = models.URLField(max_length=500, blank=True)  # for http
     headers = models.JSONField(default=dict, blank=True)  # for http
     timeout_seconds = models.PositiveIntegerField(default=60)

@@ -5,7 +5,8 @@ picks the strongest backend whose probe succeeds on this host.
 
 ``confined_server(spec)``: a long-lived program that speaks on its stdio (the
 MCP gateway's stdio upstreams), confined by the local backend's namespaces or
-Landlock (``local.servers``) whatever backend runs scripts.
+Landlock (``local.servers``) whatever backend runs scripts; ``network_entry``
+reads one of its ``host:port`` network entries (``EgressError`` when it is not).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from .base import (
     SandboxUnavailable,
     UnsupportedLanguage,
 )
+from .local.egress import EgressError
+from .local.egress import parse as network_entry
 from .local.servers import ConfinedServer, ServerSpec, overlaps
 from .local.servers import server_command as confined_server
 
@@ -43,6 +46,8 @@ __all__ = [
     "SandboxUnavailable",
     "UnsupportedLanguage",
     "ConfinedServer",
+    "EgressError",
+    "network_entry",
     "ServerSpec",
     "confined_server",
     "overlaps",

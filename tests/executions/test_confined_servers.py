@@ -8,12 +8,14 @@ for each method this host has; scripts/test runs it again as an ordinary user.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +46,21 @@ for line in sys.stdin:
             s = socket.socket(socket.AF_UNIX)
             s.connect(ask["path"])
             said = "connected"
+        elif ask["do"] == "tunnel":  # CONNECT through the proxy its environment names
+            proxy = os.environ["HTTPS_PROXY"].rpartition("/")[2].rpartition(":")
+            s = socket.create_connection((proxy[0], int(proxy[2])), timeout=5)
+            s.sendall(("CONNECT %s HTTP/1.1\r\n\r\n" % ask["target"]).encode())
+            head = s.recv(4096).decode()
+            said = head.split("\r\n")[0]
+            if " 200 " in said:
+                s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                said += " | " + s.recv(4096).decode().split("\r\n")[0]
+            else:
+                said += " | " + head.partition("\r\n\r\n")[2].strip()
+        elif ask["do"] == "listen":
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            said = "listening"
         elif ask["do"] == "env":
             said = sorted(os.environ)
         else:
@@ -81,7 +98,7 @@ def host() -> Iterator[Path]:
 class Server:
     """The probe server started confined; ``ask`` one probe, get its answer."""
 
-    def __init__(self, host: Path, method: str):
+    def __init__(self, host: Path, method: str, network: tuple[str, ...] = ()):
         self.spec = ServerSpec(
             name="probes",
             argv=(SYSTEM_PYTHON, "-I", "-S", "-c", PROBES),
@@ -89,6 +106,7 @@ class Server:
             read=(str(host / "given"),),
             write=(str(host / "writable"),),
             hidden=(str(host / "data"),),
+            network=network,
         )
         self.confined = confined_server(self.spec, method=method)
         self.process = subprocess.Popen(
@@ -168,3 +186,91 @@ def test_a_path_that_would_show_a_hidden_one_is_refused(host):
             )
             with pytest.raises(SandboxUnavailable, match="would show the server"):
                 confined_server(spec, method=method)
+
+
+# --- a network list: the listed hosts through its proxy, nothing else ----------------
+
+
+@pytest.fixture
+def web() -> Iterator[int]:
+    """A plain HTTP server on the host's loopback (where Airlock's own ports are too)."""
+    handler = type("Quiet", (http.server.BaseHTTPRequestHandler,), {
+        "do_GET": lambda self: (self.send_response(204), self.end_headers()),
+        "log_message": lambda self, *args: None,
+    })  # fmt: skip
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("method", [m for m in methods() if m == "unshare"])
+def test_a_server_reaches_the_hosts_its_network_lists_and_nothing_else(host, web, method):
+    problem = method_problems()[method]
+    require(problem is None, f"local method {method}: {problem}")
+    with socket.create_server(("127.0.0.1", 0)) as unlisted:
+        airlock = unlisted.getsockname()[1]  # as Airlock's port would be: on the same host
+        listed = (f"127.0.0.1:{web}", f"localhost:{airlock}", "*.example.invalid:443")
+        server = Server(host, method, network=listed)
+        try:
+            assert server.ask(do="tunnel", target=f"127.0.0.1:{web}") == (
+                "HTTP/1.1 200 Connection established | HTTP/1.0 204 No Content"
+            )
+            refused = {
+                "a port not listed": server.ask(do="tunnel", target=f"127.0.0.1:{airlock}"),
+                "a listed name that is the host": server.ask(
+                    do="tunnel", target=f"localhost:{airlock}"
+                ),
+                "the name a wildcard stands under": server.ask(
+                    do="tunnel", target="example.invalid:443"
+                ),
+            }
+            assert refused["a port not listed"] == (
+                f"HTTP/1.1 403 Forbidden | airlock: 127.0.0.1:{airlock} is not in this "
+                "server's network list"
+            )
+            assert (
+                "resolves to 127.0.0.1, an address of the host itself"
+                in (refused["a listed name that is the host"])
+            )
+            assert refused["the name a wildcard stands under"].startswith("HTTP/1.1 403")
+            around = {
+                "a listed port, not through the proxy": server.ask(
+                    do="connect", host="127.0.0.1", port=web
+                ),
+                "Airlock's port": server.ask(do="connect", host="127.0.0.1", port=airlock),
+                "an outside address": server.ask(do="connect", host="1.1.1.1", port=53),
+                "a port of its own": server.ask(do="listen"),
+                "the proxy's handover socket": server.ask(do="unix", path="/.egress.sock"),
+            }
+            assert {what: said for what, said in around.items() if "refused" not in said} == {}
+            assert "HTTPS_PROXY" in server.ask(do="env")
+        finally:
+            assert server.stop() == 0
+    assert not list(Path(tempfile.gettempdir()).glob(f"airlock-sandbox-{os.getpid()}-egress-*"))
+
+
+@pytest.mark.parametrize("method", [m for m in methods() if m == "landlock"])
+def test_without_a_network_of_its_own_a_network_list_is_refused(method):
+    spec = ServerSpec(name="x", argv=(SYSTEM_PYTHON, "-c", "pass"), network=("a.example:443",))
+    with pytest.raises(SandboxUnavailable, match="needs a network of its own"):
+        confined_server(spec, method=method)
+
+
+@pytest.mark.parametrize(
+    "entry, why",
+    [
+        ("api.github.com", "is not host:port"),
+        ("api.github.com:0", "from 1 to 65535"),
+        ("api.github.com:https", "from 1 to 65535"),
+        ("-bad-.example:443", "neither a host name nor an address"),
+        ("::1:443", "is not host:port"),
+        ("http://api.github.com:443", "is not host:port"),
+        ("[::1]:443x", "from 1 to 65535"),
+    ],
+)
+def test_a_network_entry_that_is_not_host_port_is_refused_by_name(entry, why):
+    spec = ServerSpec(name="x", argv=(SYSTEM_PYTHON, "-c", "pass"), network=(entry,))
+    with pytest.raises(SandboxUnavailable, match=f"network: .*{why}"):
+        confined_server(spec, method="unshare")  # refused before anything is started

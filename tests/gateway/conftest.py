@@ -1,6 +1,7 @@
 """The gateway against real upstream MCP servers (``tests.gateway.upstream``) and a real ``serve``.
 
-One deployment for the package, fronting four upstreams: ``up`` (stdio),
+One deployment for the package, fronting four upstreams: ``up`` (stdio, which
+may reach ``web``'s port through its proxy),
 ``slowup`` (stdio, a 1 s timeout), ``web`` (streamable HTTP, a header that
 names Airlock's environment) and ``down`` (an HTTP address nobody answers).
 Each upstream writes every call it receives to its own file.
@@ -32,6 +33,7 @@ class Gateway:
     served: Served
     calls_dir: Path
     reviewer: str
+    web_port: int  # the HTTP upstream's: the one host:port the stdio upstream ``up`` may reach
 
     def calls(self, upstream: str, tool: str | None = None) -> list[dict]:
         """The calls upstream ``upstream`` received (of ``tool``), in order."""
@@ -104,7 +106,7 @@ def _upstreams(calls: Path, web_port: int, down_port: int) -> str:
     return json.dumps(
         {
             "upstreams": {
-                "up": stdio("up", 10),
+                "up": {**stdio("up", 10), "network": [f"127.0.0.1:{web_port}"]},
                 "slowup": stdio("slowup", 1),
                 "web": {
                     "url": f"http://127.0.0.1:{web_port}/mcp",
@@ -137,7 +139,7 @@ def gateway() -> Iterator[Gateway]:
         served = Served(server, data)
         (root / "upstreams.yaml").write_text(_upstreams(calls, web_port, down_port))
         served.manage("upstreams", "apply", str(root / "upstreams.yaml"))
-        yield Gateway(served, calls, served.user_token("reviewer"))
+        yield Gateway(served, calls, served.user_token("reviewer"), web_port)
     finally:
         if server is not None:
             server.stop()

@@ -17,6 +17,7 @@ upstreams:
   github:
     command: [npx, -y, "@modelcontextprotocol/server-github"]
     env: {GITHUB_PERSONAL_ACCESS_TOKEN: "${GITHUB_TOKEN}", LITERAL: "s3cr3t-value"}
+    network: [API.github.com:443, "*.githubusercontent.com:443", "[::1]:8080"]
   crm:
     url: https://crm.example.com/mcp
     headers: {Authorization: "Bearer hidden-token"}
@@ -39,10 +40,12 @@ def test_a_file_sets_the_upstreams_whole_audited_without_secret_values(tmp_path,
     assert "added github\nadded crm\n2 change(s); 2 upstream(s)" in capsys.readouterr().out
     github = Upstream.objects.get(name="github")
     assert (github.transport, github.command[0], github.timeout_seconds) == ("stdio", "npx", 60)
+    assert github.network == ["api.github.com:443", "*.githubusercontent.com:443", "[::1]:8080"]
     events = trail()
     assert [verb for _, verb, _ in events] == ["gateway.upstream_added"] * 2
     assert events[0][2]["env_names"] == ["GITHUB_PERSONAL_ACCESS_TOKEN", "LITERAL"]
     assert events[1][2]["header_names"] == ["Authorization"]
+    assert events[0][2]["network"] == github.network and events[1][2]["network"] == []
     everything = str(events)
     assert "s3cr3t-value" not in everything and "hidden-token" not in everything
 
@@ -90,6 +93,12 @@ def test_a_file_sets_the_upstreams_whole_audited_without_secret_values(tmp_path,
         ),
         ("upstreams:\n  x: {command: [ls], write: ['{data}/x']}", "x: write: {data}/x would show"),
         ("upstreams:\n  x: {url: 'http://h/mcp', read: [/opt]}", "x: read: only for an upstream"),
+        ("upstreams:\n  x: {url: 'http://h/mcp', network: [h:1]}", "x: network: only for an"),
+        ("upstreams:\n  x: {command: [ls], network: h:443}", "x: network: a list of host:port"),
+        ("upstreams:\n  x: {command: [ls], network: [h]}", "x: network: 'h' is not host:port"),
+        ("upstreams:\n  x: {command: [ls], network: ['h:99999']}", "x: network: 'h:99999': the"),
+        ("upstreams:\n  x: {command: [ls], network: ['a b:1']}", "neither a host name nor an"),
+        ("upstreams:\n  x: {command: [ls], network: [[h, 1]]}", "is not host:port text"),
         ("servers: {}", "the file is a mapping with one key, upstreams"),
         ("upstreams: [a]", "upstreams: a mapping of names"),
         ("upstreams: {x: [", "not YAML"),
@@ -151,13 +160,28 @@ def test_the_console_adds_changes_and_removes_upstreams_and_never_shows_a_secret
     assert "give either command" in bad.content.decode()
     unclosed = client.post(page, {"name": "q", "command": "ls 'open", "timeout_seconds": 5})
     assert unclosed.status_code == 400 and "No closing quotation" in unclosed.content.decode()
-    assert not Upstream.objects.filter(name__in=["two", "q"]).exists()
+    hostless = client.post(
+        page, {"name": "n", "command": "ls", "network": "github.com", "timeout_seconds": 5}
+    )
+    assert hostless.status_code == 400
+    assert "network: &#x27;github.com&#x27; is not host:port" in hostless.content.decode()
+    assert not Upstream.objects.filter(name__in=["two", "q", "n"]).exists()
+    reaching = client.post(
+        page,
+        {"name": "gh", "command": "ls", "network": "api.github.com:443\n", "timeout_seconds": 5},
+    )
+    assert reaching.status_code == 302
+    assert Upstream.objects.get(name="gh").network == ["api.github.com:443"]
+    assert "connects to <code>api.github.com:443</code>" in client.get(page).content.decode()
+    client.post(reverse("console:upstream-action", args=["gh", "remove"]))
 
     removed = client.post(reverse("console:upstream-action", args=["crm", "remove"]))
     assert removed.status_code == 302 and not Upstream.objects.exists()
     assert [(actor, verb) for actor, verb, _ in trail()] == [
         (f"user:{admin_user.username}", "gateway.upstream_added"),
         (f"user:{admin_user.username}", "gateway.upstream_changed"),
+        (f"user:{admin_user.username}", "gateway.upstream_added"),
+        (f"user:{admin_user.username}", "gateway.upstream_removed"),
         (f"user:{admin_user.username}", "gateway.upstream_removed"),
     ]
     assert "top-secret" not in str(trail())
@@ -213,7 +237,7 @@ def test_the_console_checks_an_upstream_by_listing_its_tools(admin_user):
     Upstream.objects.create(name="gone", transport="stdio", command=["/nonexistent/server"])
     client = logged_in(admin_user)
     checked = client.post(reverse("console:upstream-action", args=["up", "check"]), follow=True)
-    assert "Upstream up answered with 10 tool(s): up__echo, up__add" in checked.content.decode()
+    assert "Upstream up answered with 11 tool(s): up__echo, up__add" in checked.content.decode()
     failed = client.post(reverse("console:upstream-action", args=["gone", "check"]), follow=True)
     assert "upstream gone is unreachable: its command was not found" in failed.content.decode()
     unknown = client.post(reverse("console:upstream-action", args=["up", "explode"]))

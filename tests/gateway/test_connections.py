@@ -34,6 +34,7 @@ def stdio(calls, timeout: int = 10, **env) -> Target:
         env=tuple(config["env"].items()),
         read=tuple(config["read"]),
         write=tuple(config["write"]),
+        network=(),
         hidden=(),
         url="",
         headers=(),

@@ -306,7 +306,7 @@ def test_bad_calls_are_refused_before_anything_is_proposed(gateway):
 
 def test_a_stdio_upstream_runs_sandboxed_away_from_airlocks_key_data_and_ports(gateway):
     """Its tools try what a hostile server would; its legitimate tools still answer."""
-    gateway.policy(allow=[("tool", "up.probe"), ("tool", "up.scratch")])
+    gateway.policy(allow=[("tool", "up.probe"), ("tool", "up.scratch"), ("tool", "up.fetch")])
     token = gateway.agent("prober", "tool.call:up.*")
 
     def probe(**arguments) -> str:
@@ -335,3 +335,12 @@ def test_a_stdio_upstream_runs_sandboxed_away_from_airlocks_key_data_and_ports(g
     scratch = run(call(gateway, token, "up__scratch", {"text": "kept"}))
     assert text_of(scratch).endswith(": kept")
     assert str(data) not in text_of(scratch)
+
+    # Its network list names the HTTP upstream's port: that, through its proxy, and no other.
+    def fetch(host: str, port: int) -> str:
+        return text_of(run(call(gateway, token, "up__fetch", {"host": host, "port": port})))
+
+    assert fetch("127.0.0.1", gateway.web_port).startswith("answered ")
+    assert fetch("127.0.0.1", port) == "refused: Tunnel connection failed: 403 Forbidden"
+    assert fetch("localhost", gateway.web_port).endswith("403 Forbidden")  # listed by address
+    assert probe(host="127.0.0.1", port=gateway.web_port).startswith("refused")  # not around it

@@ -6,17 +6,20 @@
 named by ``UPSTREAM_CALLS`` (when it is set) (so a test can show a call never reached it),
 with a token of the process (so a test can see a restarted one); ``whoami``
 answers the ``Authorization`` header a call came with over HTTP; ``probe``
-tries to read, list or connect (the sandbox tests), ``scratch`` writes its
-working dir.
+tries to read, list or connect (the sandbox tests), ``fetch`` makes an HTTP
+request through the proxy its environment names (its network list), ``scratch``
+writes its working dir.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
 import sys
 import time
+from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
@@ -111,6 +114,26 @@ def probe(path: str = "", folder: str = "", host: str = "", port: int = 0) -> st
     except OSError as exc:
         return f"refused: {exc.strerror or exc}"
     return "connected"
+
+
+@server.tool(
+    description="GET http://host:port/ through the proxy HTTPS_PROXY names (a CONNECT tunnel, "
+    "as an https client makes one), or directly when none is named; say what answered."
+)
+def fetch(host: str, port: int) -> str:
+    _called("fetch", host=host, port=port)
+    proxy = os.environ.get("HTTPS_PROXY")
+    try:
+        if proxy:
+            address = urlsplit(proxy)
+            connection = http.client.HTTPConnection(address.hostname, address.port, timeout=5)
+            connection.set_tunnel(host, port)
+        else:
+            connection = http.client.HTTPConnection(host, port, timeout=5)
+        connection.request("GET", "/")
+        return f"answered {connection.getresponse().status}"
+    except OSError as exc:
+        return f"refused: {exc.strerror or exc}"
 
 
 @server.tool(description="Write text to a file in the working dir and read it back.")

@@ -51,6 +51,13 @@ class UpstreamForm(forms.Form):
         label="May write",
         help_text="For a command: host paths it may write, one per line.",
     )
+    network = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="May connect to",
+        help_text="For a command: host:port it may reach, one per line (api.github.com:443; "
+        "*.example.com:443 for any name under it), through a proxy of its own. None: no network.",
+    )
     url = forms.CharField(
         required=False, max_length=500, label="URL", help_text="Or a streamable HTTP server."
     )
@@ -98,6 +105,7 @@ class UpstreamForm(forms.Form):
             "env": env,
             "read": _paths(data["read"]),
             "write": _paths(data["write"]),
+            "network": _paths(data["network"]),
             "headers": headers,
             "timeout_seconds": data["timeout_seconds"],
             "enabled": data["enabled"],
@@ -137,6 +145,7 @@ def _initial(upstream: Upstream) -> dict:
         "env": _shown(upstream.env, "="),
         "read": "\n".join(upstream.read),
         "write": "\n".join(upstream.write),
+        "network": "\n".join(upstream.network),
         "headers": _shown(upstream.headers, ": "),
         "timeout_seconds": upstream.timeout_seconds,
         "enabled": upstream.enabled,

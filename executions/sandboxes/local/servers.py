@@ -15,6 +15,13 @@ It is confined like a local run, without a run's time and CPU limits:
   Landlock lets it read only the same places and write only its scratch dir
   (a host dir) and the ``write`` paths; no TCP, and seccomp refuses new sockets.
 
+A server whose ``network`` lists hosts (``api.github.com:443``) reaches
+those and nothing else, through a proxy of its own in the caller's process
+(``egress.py``): its environment's ``HTTPS_PROXY`` and friends name it at
+``127.0.0.1:3128`` in the server's own network. Only with ``unshare``: with
+Landlock alone the server shares the host's network, where it would reach
+every host or none, so such a server is not started.
+
 Nothing else: not the caller's environment (``spec.env`` and a minimal
 PATH, HOME, LANG, TMPDIR only), not its data or keys (a ``read``/``write``
 path that holds one of ``spec.hidden`` is refused). Where neither method
@@ -49,6 +56,7 @@ from .confinement import (
     _namespace_layout,
     _supervisor_config,
 )
+from .egress import EGRESS_PORT, EGRESS_SOCKET, Egress, EgressError, parse_all
 from .host import (
     BASE_DIR_PREFIX,
     RUN_UID_BASE,
@@ -74,6 +82,7 @@ class ServerSpec:
     read: tuple[str, ...] = ()  # host paths it may read (its installation), absolute
     write: tuple[str, ...] = ()  # host paths it may write, absolute
     hidden: tuple[str, ...] = ()  # host paths it must never see (the caller's data, keys)
+    network: tuple[str, ...] = ()  # host:port it may connect to, through its proxy
     limits: Limits = SERVER_LIMITS
 
 
@@ -86,8 +95,12 @@ class ConfinedServer:
     method: str
     details: dict = field(default_factory=dict)
     _dir: str | None = None
+    _egress: Egress | None = None
 
     def cleanup(self) -> None:
+        if self._egress is not None:
+            self._egress.close()
+            self._egress = None
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -164,6 +177,16 @@ def method_here() -> str:
 def server_command(spec: ServerSpec, method: str | None = None) -> ConfinedServer:
     """How to start ``spec`` confined here; ``SandboxUnavailable`` when it cannot be."""
     method = method or method_here()
+    try:
+        entries = parse_all(spec.network)
+    except EgressError as exc:
+        raise SandboxUnavailable(f"network: {exc}") from None
+    if entries and method != "unshare":
+        raise SandboxUnavailable(
+            "a server with a network list needs a network of its own (user namespaces), "
+            f"which this host refuses ({method} confines it in the host's network, where it "
+            "would reach every host or none)"
+        )
     executable = resolve(spec.argv[0])
     read = [*installation(executable), *spec.read]
     for path in [*read, *spec.write]:
@@ -191,12 +214,22 @@ def server_command(spec: ServerSpec, method: str | None = None) -> ConfinedServe
     rlimits = _rlimits(spec.limits, extra_processes=3 if method == "unshare" else 0)
     if method != "unshare" and uid is None:  # RLIMIT_NPROC would count all our user's
         rlimits = _relative_nproc(rlimits, spec.limits)
+    egress, proxied = None, {}
     if method == "unshare":
         layout = _namespace_layout(host_dir, None, spec.limits, [])
         layout["server_binds"] = [(path, path) for path in read]
         layout["writable"] = [(path, path) for path in spec.write]
         config = _supervisor_config(argv, uid, rlimits, "unshare", SCRATCH, layout=layout)
         config["landlock"]["write"] += list(spec.write)
+        if entries:
+            egress = Egress(spec.name, entries, uid)
+            layout["egress"] = {
+                "socket": egress.socket_path,
+                "target": EGRESS_SOCKET,
+                "port": EGRESS_PORT,
+            }
+            config["landlock"]["connect_tcp"] = [EGRESS_PORT]
+            proxied = _proxy_variables()
         home = tmp = SCRATCH
     elif method == "landlock":
         rules = _landlock_rules(host_dir, program)
@@ -208,14 +241,28 @@ def server_command(spec: ServerSpec, method: str | None = None) -> ConfinedServe
         raise SandboxUnavailable(f"a server cannot be confined with {method!r}")
     config["kill_uid"] = False
     path = ":".join(dict.fromkeys([os.path.dirname(executable), *SYSTEM_PATH.split(":")]))
-    config["env"] = {"PATH": path, "HOME": home, "LANG": "C.UTF-8", "TMPDIR": tmp, **dict(spec.env)}
+    base = {"PATH": path, "HOME": home, "LANG": "C.UTF-8", "TMPDIR": tmp, **proxied}
+    config["env"] = {**base, **dict(spec.env)}
+    details = {"confinement": method, "uid": uid, "read": read, "write": list(spec.write)}
+    details["network"] = [str(entry) for entry in entries]
     return ConfinedServer(
         argv=[sys.executable, "-I", "-S", SUPERVISOR, json.dumps(config)],
         env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8"},
         method=method,
-        details={"confinement": method, "uid": uid, "read": read, "write": list(spec.write)},
+        details=details,
         _dir=host_dir,
+        _egress=egress,
     )
+
+
+def _proxy_variables() -> dict[str, str]:
+    """What HTTP clients read to go through a proxy (curl, Python's, Go's, npm's)."""
+    proxy = f"http://127.0.0.1:{EGRESS_PORT}"
+    found = {}
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
+        found[name] = found[name.lower()] = proxy
+    found["NO_PROXY"] = found["no_proxy"] = "localhost,127.0.0.1,::1"
+    return found
 
 
 def _rlimits(limits: Limits, extra_processes: int) -> list[tuple[int, int, int]]:

@@ -32,7 +32,8 @@ this program must not import from site-packages.
 A long-lived server (``servers.py``) is started the same way, with its own
 environment (``env``), its paths bound after the tmpfs (``server_binds``,
 ``writable``), no ``status_fd`` (its caller holds its stdio and sees it end)
-and, since its uid is one per server name, no "kill everything of the uid".
+and, since its uid is one per server name, no "kill everything of the uid";
+with a network list, its proxy's socket (``hand_over_egress``).
 
 Runs as the worker's user (root when the worker is root, so the code, under
 its own uid, cannot kill it). Blocking the signals and waiting for them with
@@ -86,6 +87,7 @@ SYS_PIVOT_ROOT_BY_MACHINE = {"x86_64": 155, "aarch64": 41}
 SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self: every architecture
 LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_RULE_NET_PORT = 2
 FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 FS_MAKE_CHAR, FS_MAKE_BLOCK = 1 << 6, 1 << 11
 FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
@@ -131,7 +133,7 @@ def landlock(rules: dict, abi: int) -> None:
 
     ``rules``: ``read`` (paths to read and execute), ``write`` (paths to read,
     write and execute), ``devices`` (device files to read and write). A listed
-    path that does not exist is skipped. No TCP at all (a local run has no network).
+    path that does not exist is skipped. No TCP but to ``connect_tcp`` (a server's proxy).
     """
     handled = fs_access(abi)
     write = handled & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_IOCTL_DEV)
@@ -154,6 +156,10 @@ def landlock(rules: dict, abi: int) -> None:
         ]
         for path, rights in grants:
             allow_beneath(ruleset, path, rights & handled)
+        for port in rules.get("connect_tcp", ()) if net else ():
+            attr = struct.pack("=QQ", NET_CONNECT_TCP, port)
+            if libc.syscall(SYS_LANDLOCK[1], ruleset, LANDLOCK_RULE_NET_PORT, attr, 0) != 0:
+                fail(f"landlock_add_rule port {port}")
         if libc.syscall(SYS_LANDLOCK[2], ruleset, 0) != 0:
             fail("landlock_restrict_self")
     finally:
@@ -264,6 +270,9 @@ def build_root(layout: dict, code: bytes | None) -> None:
                 bind_read_only(source, root + target)
             else:
                 mount(source, root + target, None, MS_BIND | MS_REC)
+    if egress := layout.get("egress"):  # the proxy's handover socket, for hand_over_egress
+        open(root + egress["target"], "w").close()
+        mount(egress["socket"], root + egress["target"], None, MS_BIND)
     if code is not None:
         with open(root + layout["script"], "wb") as f:
             f.write(code)
@@ -281,6 +290,22 @@ def build_root(layout: dict, code: bytes | None) -> None:
     hostname = layout.get("hostname", "sandbox").encode()
     libc.sethostname(hostname, len(hostname))
     loopback_up()
+    if egress:
+        hand_over_egress(egress)
+
+
+def hand_over_egress(egress: dict) -> None:
+    """Listen on the server's own loopback and hand the socket to its proxy (egress.py)."""
+    import socket  # loaded before pivot_root, with array (start_code)
+
+    listener = socket.create_server(("127.0.0.1", egress["port"]))
+    with listener, socket.socket(socket.AF_UNIX) as proxy:
+        proxy.settimeout(10)
+        proxy.connect(egress["target"])
+        socket.send_fds(proxy, [b"L"], [listener.fileno()])
+        if proxy.recv(1) != b"k":
+            fail("the proxy did not take the server's socket")
+    libc.umount2(egress["target"].encode(), MNT_DETACH)
 
 
 def clone_server_paths(layout: dict) -> None:
@@ -429,6 +454,8 @@ def start_code(cfg: dict, result_w: int) -> None:
     """The main child: drop to the run uid, confine, exec the code; never returns."""
     try:
         os.setsid()
+        if (cfg.get("layout") or {}).get("egress"):  # while the library is in reach
+            __import__("array"), __import__("socket")
         if cfg["uid"] is not None:
             if cfg.get("layout"):
                 clone_server_paths(cfg["layout"])
