@@ -16,8 +16,9 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
-from tests.serving import ROOT, agent_token, start_server, user_token
+from tests.serving import ROOT, agent_token, manage, start_server, user_token
 from tests.support import have, require
 
 SDK = ROOT / "sdk-ts"
@@ -77,6 +78,14 @@ def deployment(tools, tmp_path_factory):
     server = start_server(data_dir)
     server.reviewer = user_token(data_dir, "reviewer")
     server.agent_token = agent_token(data_dir, "ts-bot", "script.execute", "tool.call:billing.*")
+    # The server's own refusals: an agent that may keep one proposal waiting, and one paused.
+    server.limited = agent_token(data_dir, "ts-limited", "tool.call:billing.*")
+    server.paused = agent_token(data_dir, "ts-paused", "tool.call:billing.*")
+    policy = yaml.safe_load(manage(data_dir, "policy", "export"))
+    policy["agent_overrides"]["ts-limited"] = {"max_pending": 1}
+    (data_dir / "policy.yaml").write_text(yaml.safe_dump(policy))
+    manage(data_dir, "policy", "apply", str(data_dir / "policy.yaml"), "--comment", "limits")
+    manage(data_dir, "agents", "pause", "ts-paused", "--reason", "incident 7: it loops")
     yield server
     server.stop()
 
@@ -120,6 +129,8 @@ def test_the_node_tests_pass_against_a_live_server(project, deployment):
         "AIRLOCK_URL": deployment.base,
         "AIRLOCK_AGENT_TOKEN": deployment.agent_token,
         "AIRLOCK_REVIEWER_TOKEN": deployment.reviewer,
+        "AIRLOCK_LIMITED_TOKEN": deployment.limited,
+        "AIRLOCK_PAUSED_TOKEN": deployment.paused,
     }
     done = subprocess.run(
         ["node", "--test", *tests], cwd=project, env=env,
