@@ -153,6 +153,9 @@ class Proposal(models.Model):
     sealed = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: nothing sealed
     # The agent's, when withdrawn. NULL otherwise: a column SQLite adds without a rebuild.
     withdraw_reason = models.CharField(max_length=500, null=True, blank=True)  # noqa: DJ001
+    # The W3C traceparent of the span it was made in (infrastructure.tracing), when tracing
+    # was on: the decision's, the run's and the report's spans are its children. NULL: none.
+    trace_parent = models.CharField(max_length=55, null=True, blank=True)  # noqa: DJ001
     break_glass_reviewed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -10,6 +10,10 @@ from infrastructure.handler import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
+from infrastructure import tracing  # noqa: E402
+
+tracing.configure("airlock-web")  # nothing unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from approvals.agents.door import at_the_door  # noqa: E402

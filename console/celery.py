@@ -4,7 +4,9 @@ import gc
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
+
+from infrastructure import tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -67,6 +69,11 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
         "task": "audit.tasks.checkpoint",
         "schedule": 60.0 * settings.AUDIT_CHECKPOINT_MINUTES,
     }
+
+
+@worker_init.connect
+def _trace(**kwargs) -> None:
+    tracing.configure("airlock-worker")  # nothing unless OTEL_EXPORTER_OTLP_ENDPOINT is set
 
 
 @worker_ready.connect

@@ -62,6 +62,11 @@ SITE_URL = env("SITE_URL", "http://localhost:8000").rstrip("/")
 WORKER_HOSTNAME = env("WORKER_HOSTNAME", socket.gethostname())
 #: `METRICS_TOKEN` | — | when set, `/metrics` requires this bearer token
 METRICS_TOKEN = env("METRICS_TOKEN")
+#: `OTEL_EXPORTER_OTLP_ENDPOINT` | — | an OTLP/HTTP receiver of traces, e.g.
+#:   `http://collector:4318`: each process sends a trace per proposal there (the SDK's other
+#:   `OTEL_*` variables apply: `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_SCHEDULE_DELAY`, …);
+#:   unset, nothing of OpenTelemetry is loaded
+TRACES_ENDPOINT = env("OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 def site_origin(url: str) -> tuple[str, str, int | None]:

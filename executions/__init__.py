@@ -8,8 +8,8 @@ docker, gvisor), persistent sessions on a worker (``sessions``), the output
 recorder (``output``), the one function that pushes to subscribers
 (``broadcast``), the Celery tasks, the REST endpoints (the list in ``listing``), the execution page,
 the output websocket, retention (``retention/``: old output archived a day per file, then
-removed), and the live state of what an action would touch, read-only (``targets/``: a
-container, a service).
+removed), the live state of what an action would touch, read-only (``targets/``: a
+container, a service), and its spans in its proposal's trace (``traces``: the run, the report).
 
 Never imports ``approvals``: what approvals needs to hear (a run ended) it
 sends as a signal (``signals``). May import ``accounts``, ``audit`` and

@@ -36,6 +36,7 @@ from .output import DATABASE_AWAY, ExecutionRecorder, until_committed
 from .placement import elsewhere, limits_for, queue_for
 from .sandboxes.base import Limits, RunOutcome
 from .signals import execution_ended
+from .traces import traced
 
 log = logging.getLogger(__name__)
 RUN_EXECUTION = "executions.tasks.run_execution"  # the task that runs one (tasks.py)
@@ -145,6 +146,7 @@ def carry_out(execution_id: int, carrier: str, **data) -> Execution | None:
     return execution
 
 
+@traced("execution.report")
 def report(
     execution_id: int,
     reporter: str,
@@ -400,6 +402,7 @@ class Heartbeats:
 _heartbeats = Heartbeats()
 
 
+@traced("execution.run")  # in its proposal's trace, a sandbox's run within
 def run(execution_id: int) -> Execution | None:
     """Claim and carry out one execution; safe to call twice (the second does nothing)."""
     execution = claim(execution_id, settings.WORKER_HOSTNAME)

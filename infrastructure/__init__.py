@@ -17,6 +17,9 @@ the scheduled ones; ``manage.py backup`` and ``restore``) and the archive
 that retention fills (``archive/``: checked day files in a directory or an
 S3-compatible bucket).
 
+Also owns traces (``tracing/``: OpenTelemetry set up once per process when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, span helpers that cost a call when it is not).
+
 Also owns credentials in text (``credentials/``): found with detect-secrets' plugins
 and an admin's patterns, masked in a text, in a JSON-able object and in output as it
 streams (a secret split between two chunks too), and originals sealed at rest with

@@ -36,6 +36,7 @@ from executions.actions import catalog
 from executions.api import execution_data
 from executions.models import SandboxSession
 from executions.sandboxes.status import sandbox_status
+from infrastructure import tracing
 from infrastructure.prepared import Prepared
 from infrastructure.rest.errors import ApiError, error_body, error_responses, get_or_404
 
@@ -210,6 +211,7 @@ class Proposals(APIView):
         "`?wait=N&until=finished` the call answers once the proposal has run (or was "
         "decided against), within N seconds: proposal to result in one call.",
     )
+    @tracing.server_span("POST /api/v1/proposals")  # the agent's traceparent continued
     def post(self, request):
         if not is_agent(request.user):
             raise ApiError(403, "permission_denied", "only agent tokens can propose actions")

@@ -18,7 +18,7 @@ from accounts import stepup
 from accounts.roles import is_admin, is_reviewer
 from accounts.stepup import Authentication
 from approvals.choices import DecisionKind, ProposalStatus, Urgency
-from approvals.core import credentials, pausing
+from approvals.core import credentials, pausing, traces
 from approvals.core.outbox import notify
 from approvals.guard import admission
 from approvals.models import Agent, Decision, Proposal
@@ -40,6 +40,7 @@ from executions import services as executions
 from executions.actions import get_action
 from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
 from executions.sandboxes import status
+from infrastructure import tracing
 from infrastructure.prepared import PreparedInsert
 from infrastructure.rest.serializers import Serializer, refuse_unknown
 
@@ -75,7 +76,16 @@ class EnvelopeSerializer(Serializer):
 
 
 def submit(agent: Agent, payload: object) -> Submission:
-    """Validate, assess and decide a proposal in one transaction; idempotent by key."""
+    """Validate, assess and decide a proposal in one transaction; idempotent by key. Its
+    span's context is kept with the proposal: the parent of the spans that follow it."""
+    with tracing.span("proposal.submit", agent=agent.name) as span:
+        submission = _submit(agent, payload)
+        proposal = submission.proposal
+        span.set(proposal_id=proposal.pk, action=proposal.action, status=proposal.status)
+    return submission
+
+
+def _submit(agent: Agent, payload: object) -> Submission:
     if not isinstance(payload, dict):
         raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
     envelope = EnvelopeSerializer(data=payload)
@@ -144,21 +154,25 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict, policy: Policy
     # What is stored and shown, and what a pre-validator (a service elsewhere) is sent.
     shown = credentials.masked(parameters, data["reason"], policy.secret_patterns)
     base, found = spec.base_risk, []
-    if "tool" in spec.targets:
-        base, found = tool_risk(policy.tool_risk, parameters, spec.base_risk)
-    assessment = assess(spec.name, parameters, base, found)
-    outcome = evaluate(
-        policy,
-        action=spec.name,
-        targets=spec.target_values(parameters),
-        capability=agent.capability_for(spec.name, spec.primary_target(parameters)),
-        risk_score=assessment.score,
-        wants_network=wants_network,
-        weak_sandbox=status.weak_isolation() if spec.sandboxed else None,
-        prevalidate=lambda: prevalidate(
-            spec.name, shown.parameters, assessment, read_only=spec.read_only
-        ),
-    )
+    with tracing.span("proposal.risk") as span:
+        if "tool" in spec.targets:
+            base, found = tool_risk(policy.tool_risk, parameters, spec.base_risk)
+        assessment = assess(spec.name, parameters, base, found)
+        span.set(risk_score=assessment.score)
+    with tracing.span("proposal.policy") as span:
+        outcome = evaluate(
+            policy,
+            action=spec.name,
+            targets=spec.target_values(parameters),
+            capability=agent.capability_for(spec.name, spec.primary_target(parameters)),
+            risk_score=assessment.score,
+            wants_network=wants_network,
+            weak_sandbox=status.weak_isolation() if spec.sandboxed else None,
+            prevalidate=lambda: prevalidate(
+                spec.name, shown.parameters, assessment, read_only=spec.read_only
+            ),
+        )
+        span.set(status=outcome.status, step=outcome.step)
     score, reasons = assessment.score, list(assessment.reasons)
     if credential := shown.risk_reason():
         reasons.append(credential)
@@ -203,6 +217,7 @@ def _decide_new(agent: Agent, spec, parameters: dict, data: dict, policy: Policy
             else None
         ),
         decided_at=None if outcome.status == ProposalStatus.PENDING else now,
+        trace_parent=tracing.traceparent() or None,
     )
     with transaction.atomic():
         admission.check(admission.locked(agent), policy, now, spend=True)
@@ -513,6 +528,7 @@ def _close(proposal: Proposal, to: ProposalStatus, now, actor: str) -> None:
         raise ProposalError("conflict", f"proposal {proposal.pk} was decided by someone else")
     record(actor, f"proposal.{to}", proposal)
     notify("decided", proposal)
+    traces.reviewed(proposal)
 
 
 def _count_approval(proposal: Proposal, now, actor: str) -> None:
@@ -533,6 +549,7 @@ def _approve(proposal: Proposal, now, actor: str, approvals: int) -> None:
     record(actor, "proposal.approved", proposal, approvals=approvals)
     notify("decided", proposal)
     _queue_execution(proposal, actor=actor)
+    traces.reviewed(proposal)
 
 
 def _expire(proposal: Proposal) -> bool:
@@ -540,6 +557,7 @@ def _expire(proposal: Proposal) -> bool:
         return False
     record("system", "proposal.expired", proposal)
     notify("decided", proposal)
+    traces.reviewed(proposal)
     announce(proposal)
     return True
 

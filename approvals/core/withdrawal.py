@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.choices import ProposalStatus
+from approvals.core import traces
 from approvals.core.outbox import notify
 from approvals.core.services import ProposalError, announce
 from approvals.guard import admission
@@ -42,6 +43,7 @@ def withdraw(agent: Agent, proposal_id: int, reason: str = "") -> Proposal:
         proposal.withdraw_reason = reason[:500]
         record(actor_label(agent), "proposal.withdrawn", proposal, reason=reason)
         notify("withdrawn", proposal)
+        traces.reviewed(proposal)
         announce(proposal)
     admission.forget(agent)
     return proposal

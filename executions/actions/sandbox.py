@@ -7,6 +7,7 @@ from rest_framework import serializers
 from executions import sessions
 from executions.models import SandboxSession
 from executions.sandboxes.base import RunOutcome
+from infrastructure import tracing
 from infrastructure.rest.serializers import Serializer
 
 from .base import ActionContext, ActionSpec, failed
@@ -62,9 +63,12 @@ def _owned_by_proposer(parameters: dict, proposer: str) -> None:
 def run_in_session(parameters: dict, context: ActionContext) -> RunOutcome:
     limits = context.limits
     try:
-        return sessions.execute(
-            parameters["session_id"], parameters["code"], context.sink, context.cancel, limits
-        )
+        with tracing.span("sandbox.run", session_id=parameters["session_id"]) as span:
+            outcome = sessions.execute(
+                parameters["session_id"], parameters["code"], context.sink, context.cancel, limits
+            )
+            span.set(backend=outcome.backend, exit_code=outcome.exit_code)
+        return outcome
     except sessions.SessionUnavailable as exc:
         return failed("session", str(exc), context.sink)
 

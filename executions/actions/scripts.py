@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from executions.sandboxes import RunRequest, SandboxError, get_sandbox
 from executions.sandboxes.base import LANGUAGES, RunOutcome
+from infrastructure import tracing
 from infrastructure.rest.serializers import Serializer
 
 from .base import ActionContext, ActionSpec, failed
@@ -61,7 +62,10 @@ def run_script(parameters: dict, context: ActionContext) -> RunOutcome:
         request = RunRequest(
             language=parameters["language"], code=parameters["code"], limits=limits
         )
-        return sandbox.run(request, context.sink, context.cancel)
+        with tracing.span("sandbox.run", backend=sandbox.name, language=request.language) as span:
+            outcome = sandbox.run(request, context.sink, context.cancel)
+            span.set(exit_code=outcome.exit_code, timed_out=outcome.timed_out)
+        return outcome
     except SandboxError as exc:
         return failed("none", str(exc), context.sink)
 

@@ -41,6 +41,13 @@ export interface AirlockOptions {
   rateLimitWait?: number;
   /** Where each wait for a refusal is told ("too_many_pending: retrying in 12 s"). */
   log?: (message: string) => void;
+  /**
+   * The W3C `traceparent` sent with each call, or a function that returns the current
+   * one (called per call; `undefined` or "" sends none): Airlock's spans of a proposal
+   * become that span's children. With `@opentelemetry/api`, for instance:
+   * `() => { const h: Record<string, string> = {}; propagation.inject(context.active(), h); return h.traceparent; }`.
+   */
+  traceparent?: string | (() => string | undefined);
 }
 
 /** What a proposal says besides its action and parameters. */
@@ -118,6 +125,7 @@ export class Airlock {
       backoff: options.backoff ?? 0.5,
       rateLimitWait: options.rateLimitWait ?? 300,
       log: options.log ?? ((message) => console.warn(`airlock: ${message}`)),
+      traceparent: options.traceparent,
     });
   }
 

@@ -44,6 +44,7 @@ export interface TransportSettings {
   backoff: number;
   rateLimitWait: number;
   log: (message: string) => void;
+  traceparent?: string | (() => string | undefined);
 }
 
 /** An HTTP answer, read whole. */
@@ -100,6 +101,9 @@ export class Transport {
       "User-Agent": USER_AGENT,
     };
     if (call.body !== undefined) headers["Content-Type"] = "application/json";
+    const { traceparent } = this.settings;
+    const trace = typeof traceparent === "function" ? traceparent() : traceparent;
+    if (trace) headers.traceparent = trace;
     try {
       const response = await fetch(url, {
         method: call.method,

@@ -13,6 +13,10 @@ import {
 } from "@airlock/sdk";
 
 const airlock = new Airlock("http://127.0.0.1:8000", { token: "alk_example", retries: 2 });
+export const traced = new Airlock("http://127.0.0.1:8000", {
+  token: "alk_example",
+  traceparent: () => process.env.TRACEPARENT,
+});
 
 export async function smokeTest(): Promise<string> {
   const result: Result = await airlock.runScript("print('hi')", { reason: "smoke test" });

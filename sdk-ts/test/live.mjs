@@ -82,14 +82,17 @@ export async function decideWhenPending(tool, kind, comment = "") {
  * it unless `plan(request, n)` (n: the request's number, from 0) says otherwise:
  * "drop" sends it on but throws the answer away and closes the connection (a proxy
  * whose backend died after the work was done), an object `{ status, headers, body }`
- * is answered instead of the server. `seen` lists "METHOD /path" of every request.
+ * is answered instead of the server. `seen` lists "METHOD /path" of every request,
+ * `traceparents` the `traceparent` header each carried (undefined: none).
  */
 export async function front(plan = () => undefined) {
   const seen = [];
+  const traceparents = [];
   const server = createServer(async (request, response) => {
     const chunks = [];
     for await (const chunk of request) chunks.push(chunk);
     const n = seen.push(`${request.method} ${request.url.split("?")[0]}`) - 1;
+    traceparents.push(request.headers.traceparent);
     const step = plan(request, n);
     if (step && step !== "drop") {
       response.writeHead(step.status, { "Content-Type": "application/json", ...step.headers });
@@ -113,6 +116,7 @@ export async function front(plan = () => undefined) {
   return {
     url: `http://127.0.0.1:${server.address().port}`,
     seen,
+    traceparents,
     close() {
       server.closeAllConnections();
       return new Promise((resolve) => server.close(resolve));

@@ -1,6 +1,6 @@
 // How calls are sent again: a proposal whose answer was lost is made once, a 503's and
-// a 429's Retry-After are waited out, a paused agent is never retried, and a server
-// nobody answers for is Unavailable.
+// a 429's Retry-After are waited out, a paused agent is never retried, a server
+// nobody answers for is Unavailable, and a traceparent given goes with each call.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -103,4 +103,23 @@ test("a server nobody answers for is Unavailable", async () => {
     assert.match(error.message, /^cannot reach http:\/\/127\.0\.0\.1:\d+: fetch failed/);
     return true;
   });
+});
+
+test("a traceparent, given or returned by a function, goes with each call", async () => {
+  const between = await front();
+  const given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  try {
+    const call = (options) =>
+      agentAt(between.url, options).propose("tool.call", {
+        tool: `billing.traced_${run}`,
+        arguments: {},
+      });
+    await call({ traceparent: given });
+    await call({ traceparent: () => given });
+    await call({ traceparent: () => undefined });
+    await call({});
+    assert.deepEqual(between.traceparents, [given, given, undefined, undefined]);
+  } finally {
+    await between.close();
+  }
 });

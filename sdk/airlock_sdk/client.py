@@ -13,6 +13,11 @@ from typing import Any, TypeVar
 
 import httpx
 
+try:  # an agent that traces with OpenTelemetry: Airlock's trace of a proposal continues its own
+    from opentelemetry import trace as _otel_trace
+except ImportError:  # optional: without it, nothing is sent
+    _otel_trace = None
+
 from airlock_sdk import flows
 from airlock_sdk.errors import ApiError, Paused, RateLimited, Unavailable
 from airlock_sdk.types import Proposal, Result
@@ -130,7 +135,20 @@ def _httpx_arguments(request: flows.Request, timeout: float) -> dict[str, Any]:
         "params": request.params,
         "json": request.json,
         "timeout": timeout + request.wait,
+        "headers": _trace_headers(),
     }
+
+
+def _trace_headers() -> dict[str, str]:
+    """``traceparent`` (W3C) of the caller's current span, when OpenTelemetry is installed
+    and one is current: Airlock makes its spans of the proposal that span's children."""
+    if _otel_trace is None:
+        return {}
+    context = _otel_trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    flags = int(context.trace_flags) & 0xFF
+    return {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}"}
 
 
 def _headers(token: str) -> dict[str, str]:

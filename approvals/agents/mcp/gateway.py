@@ -47,6 +47,7 @@ from executions import services as executions
 from executions.actions.tools import is_tool_name
 from executions.choices import ExecutionStatus
 from executions.models import Execution
+from infrastructure import tracing
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,8 @@ async def _call(call: Call, name: str, arguments: dict) -> types.CallToolResult:
     await call.progress.say(results.approved_line(proposal, f"calls {server}.{tool} upstream"))
     approved = execution.to_run()[0]["arguments"]  # what was approved, as sent (unsealed)
     try:
-        result = await connection.call(tool, approved)
+        with tracing.span("gateway.call", server=server, tool=tool, execution_id=execution.pk):
+            result = await connection.call(tool, approved)
     except UpstreamDown as exc:
         await _report(execution, False, {"error": exc.message}, exc.message)
         raise

@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from mcp.shared.exceptions import MCPError
 
 from approvals.agents.mcp.stdio import TOKEN_ENV, bridge
+from infrastructure import tracing
 
 
 class Command(BaseCommand):
@@ -36,6 +37,7 @@ class Command(BaseCommand):
         if not token:
             raise CommandError(f"set {TOKEN_ENV} to the agent's token")
         endpoint = mcp_endpoint(url)
+        tracing.configure("airlock-mcp-stdio")  # the client's trace, relayed in each call's _meta
         try:
             anyio.run(bridge, endpoint, token)
         except BaseException as exc:  # the SDK's task groups wrap what went wrong
