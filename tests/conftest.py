@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -14,6 +16,8 @@ from approvals.core.tokens import create_agent, create_user_token
 
 pytest_plugins = ["tests.server_errors"]
 
+DURATIONS = Path(__file__).with_name("durations.json")
+
 # What a test touches the run's database through (pytest-django's fixtures).
 DATABASE_FIXTURES = frozenset(
     {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
@@ -24,7 +28,14 @@ DATABASE_FIXTURES = frozenset(
 def pytest_collection_modifyitems(config, items):
     """A test that touches no database (no ``django_db`` mark, none of its fixtures, not
     marked ``redis`` or ``postgres``) runs the same whatever the run's DATABASE_URL: it is
-    ``any_database`` too, and the PostgreSQL pass leaves it out (scripts/test)."""
+    ``any_database`` too, and the PostgreSQL pass leaves it out (scripts/test).
+
+    Files run longest first (``tests/durations.json``, a file's seconds in an earlier
+    run; ``python -m tests.durations JUNIT_XML`` writes it again), each file's tests in
+    their order: handed out one file at a time (``--dist loadfile --no-loadscope-reorder``),
+    two workers then end together instead of one waiting on a long file handed out last.
+    """
+    items[:] = longest_first(items)
     for item in items:
         if (
             item.get_closest_marker("django_db") is None
@@ -33,6 +44,15 @@ def pytest_collection_modifyitems(config, items):
             and item.get_closest_marker("postgres") is None
         ):
             item.add_marker(pytest.mark.any_database)
+
+
+def longest_first(items: list) -> list:
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    known = sorted(seconds.values())
+    usual = known[len(known) // 2] if known else 0.0  # a new file: a file's median
+    files = list(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))
+    rank = {name: -seconds.get(name, usual) for name in files}
+    return sorted(items, key=lambda item: rank[item.nodeid.split("::", 1)[0]])
 
 
 @pytest.fixture(autouse=True, scope="session")
