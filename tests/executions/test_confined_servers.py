@@ -23,6 +23,7 @@ import pytest
 
 from executions.sandboxes import SandboxUnavailable, ServerSpec, confined_server
 from executions.sandboxes.local import method_problems
+from executions.sandboxes.local.egress import Egress, parse
 from tests.support import require
 
 # The system's: a server started by root runs as a uid of its own, which may not reach a
@@ -274,3 +275,31 @@ def test_a_network_entry_that_is_not_host_port_is_refused_by_name(entry, why):
     spec = ServerSpec(name="x", argv=(SYSTEM_PYTHON, "-c", "pass"), network=(entry,))
     with pytest.raises(SandboxUnavailable, match=f"network: .*{why}"):
         confined_server(spec, method="unshare")  # refused before anything is started
+
+
+def test_the_proxy_answers_a_request_it_cannot_read_with_a_400_and_stays_up():
+    """Egress on its own: the listening socket handed over as a supervisor would."""
+    proxy = Egress("direct", (parse("127.0.0.1:9"),))
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        with socket.socket(socket.AF_UNIX) as handover:
+            handover.connect(proxy.socket_path)
+            socket.send_fds(handover, [b"L"], [listener.fileno()])
+            assert handover.recv(1) == b"k"
+        address = listener.getsockname()
+        for asked, status in [
+            (b"CONNECT evil.com\x00.example.com:443 HTTP/1.1", b"400"),
+            (b"CONNECT *.example.com:443 HTTP/1.1", b"400"),
+            (b"CONNECT 127.0.0.1:9x HTTP/1.1", b"400"),
+            (b"GET http://127.0.0.1:9/ HTTP/1.1", b"405"),
+            (b"CONNECT 127.0.0.2:9 HTTP/1.1", b"403"),
+        ]:
+            with socket.create_connection(address, timeout=5) as client:
+                client.sendall(asked + b"\r\n\r\n")
+                assert client.recv(4096).split(b" ")[1] == status, asked
+        again = socket.socket(socket.AF_UNIX)
+        with again, pytest.raises(OSError):  # handed over once: closed after
+            again.connect(proxy.socket_path)
+    finally:
+        proxy.close()
+        listener.close()

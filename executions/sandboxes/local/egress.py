@@ -248,14 +248,14 @@ class Egress:
         if method != "CONNECT":
             _answer(client, 405, f"{method or 'that'}: only CONNECT (use https://)")
             return None, b""
-        host, port = _split(target.lower())
-        if host is None or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        try:
+            asked = parse(target)
+        except EgressError:
+            asked = None
+        if asked is None or asked.host.startswith("*"):
             _answer(client, 400, f"{target!r} is not host:port")
             return None, b""
-        try:
-            host = str(ipaddress.ip_address(host))
-        except ValueError:
-            pass
+        host, port = asked.host, str(asked.port)
         entry = next((entry for entry in self.entries if entry.takes(host, int(port))), None)
         if entry is None:
             return self._refuse(client, 403, f"{target} is not in this server's network list")
