@@ -13,6 +13,7 @@ from approvals.policy.risk import top_reasons
 from executions.actions import get_action
 from executions.api import ExecutionSerializer
 from executions.choices import ExecutionStatus
+from infrastructure.rest.serializers import Text
 
 
 # Plain serializers with their fields declared: a ModelSerializer rebuilds its
@@ -136,11 +137,11 @@ class ProposalSerializer(serializers.Serializer):
 
 
 class CommentSerializer(serializers.Serializer):
-    comment = serializers.CharField(max_length=4000, allow_blank=True, default="")
+    comment = Text(max_length=4000, allow_blank=True, default="")
 
 
 class WithdrawSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=500, allow_blank=True, default="")
+    reason = Text(max_length=500, allow_blank=True, default="")
 
 
 class DecisionRequestSerializer(CommentSerializer):

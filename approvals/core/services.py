@@ -42,7 +42,7 @@ from executions.broadcast import PROPOSALS_GROUP, broadcast_on_commit
 from executions.sandboxes import status
 from infrastructure import tracing
 from infrastructure.prepared import PreparedInsert
-from infrastructure.rest.serializers import Serializer, refuse_unknown
+from infrastructure.rest.serializers import Serializer, Text, refuse_unknown
 
 log = logging.getLogger(__name__)
 _insert_proposal = PreparedInsert(Proposal)
@@ -68,11 +68,11 @@ class Submission:
 
 
 class EnvelopeSerializer(Serializer):
-    action = serializers.CharField(max_length=100)
+    action = Text(max_length=100)
     parameters = serializers.JSONField(default=dict)
-    reason = serializers.CharField(max_length=4000, allow_blank=True, default="")
+    reason = Text(max_length=4000, allow_blank=True, default="")
     urgency = serializers.ChoiceField(choices=Urgency.choices, default=Urgency.NORMAL)
-    idempotency_key = serializers.CharField(max_length=200, required=False, allow_null=True)
+    idempotency_key = Text(max_length=200, required=False, allow_null=True)
 
 
 def submit(agent: Agent, payload: object) -> Submission:

@@ -28,6 +28,16 @@ class Serializer(serializers.Serializer):
         return {name: copy.copy(field) for name, field in built.items()}
 
 
+class Text(serializers.CharField):
+    """A CharField that takes text only: DRF's turns a number (``{"reason": 5}``) into "5"
+    where a client sent something else than it meant; here it is a 400."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 def refuse_unknown(data: dict, serializer, said: str = "unknown field") -> None:
     """A 400 naming every key of ``data`` that ``serializer`` has no field for: a typo must
     not pass for a setting left at its default."""

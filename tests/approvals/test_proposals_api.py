@@ -126,6 +126,9 @@ def test_the_deny_list_wins_over_everything(make_agent):
         ({"parameters": {}}, "validation_error"),
         ({**PRINT_HI, "urgency": "yesterday"}, "validation_error"),
         ({**PRINT_HI, "surprise": True}, "validation_error"),
+        ({**PRINT_HI, "reason": 5}, "validation_error"),  # text, not a number taken as "5"
+        ({**PRINT_HI, "idempotency_key": 7}, "validation_error"),
+        ({**PRINT_HI, "action": ["script.execute"]}, "validation_error"),
         ([1, 2, 3], "validation_error"),
     ],
 )
@@ -371,3 +374,24 @@ def test_a_new_proposal_answers_as_a_read_of_it_would_without_reading_it_again(a
         counts.append(len(captured))
         assert agent_api.get(f"/api/v1/proposals/{created['id']}").json() == created
     assert counts[0] == counts[1], counts  # the same work for every proposal
+
+
+@pytest.mark.parametrize("body", [{"reason": 5}, {"reason": ["x"]}, {"reason": None}])
+def test_a_withdrawal_whose_reason_is_not_text_is_a_400_and_withdraws_nothing(agent_api, body):
+    _, made = propose(agent_api, {**PRINT_HI, "action": "host.restart_service",
+                                  "parameters": {"service_name": "myapp"}})  # fmt: skip
+    response = agent_api.post(f"/api/v1/proposals/{made['id']}/withdraw", body, format="json")
+    assert response.status_code == 400, response.content
+    assert error_type(response) == "validation_error"
+    assert Proposal.objects.get(pk=made["id"]).status == "pending"
+
+
+def test_a_decision_whose_comment_is_not_text_is_a_400_and_decides_nothing(agent_api, reviewer_api):
+    _, made = propose(agent_api, {**PRINT_HI, "action": "host.restart_service",
+                                  "parameters": {"service_name": "myapp"}})  # fmt: skip
+    response = reviewer_api.post(
+        f"/api/v1/proposals/{made['id']}/reject", {"comment": 5}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert error_type(response) == "validation_error"
+    assert Proposal.objects.get(pk=made["id"]).status == "pending"
