@@ -5,15 +5,17 @@ cutoff whose execution, if it had one, finished and had its output archived
 (``executions.retention`` runs first). A line holds the proposal's row, its
 agent's name, its decisions and its execution's row: what its page showed.
 Deleted ``PER_BATCH`` proposals per transaction (with their decisions and
-review links, then their executions), after the day's file is stored; a
-pass that stops half-way writes the day again with what is left.
+review links, then their executions), a statement per table
+(``infrastructure.archive.delete_set``: no row is read to be deleted), after
+the day's file is stored; a pass that stops half-way writes the day again
+with what is left.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -23,10 +25,10 @@ from approvals.models import Decision, Proposal
 from approvals.review.overview import forget_tallies
 from audit.services import record
 from executions.models import Execution
-from infrastructure.archive import Archive, cutoff
+from infrastructure.archive import Archive, cutoff, delete_set
 
 KIND = "proposals"
-PER_BATCH = 50  # proposals per delete transaction (with their cascades: ~7 ms on SQLite)
+PER_BATCH = 50  # proposals per delete transaction, with what refers to them
 
 
 @dataclass
@@ -45,21 +47,10 @@ def due(before: datetime):
 
 def run(days: int, archive: Archive, now: datetime) -> Summary:
     summary = Summary(cutoff=cutoff(days, now))
-    done: set[date] = set()
-    while True:
-        # By the day proposed, read along the created_at index (decided_at has none).
-        oldest = (
-            due(summary.cutoff).order_by("created_at").values_list("created_at", flat=True).first()
-        )
-        if oldest is None:
-            return summary
-        day = oldest.astimezone(UTC).date()
-        if day in done:
-            raise RuntimeError(
-                f"retention: proposals of {day} are still due after they were archived"
-            )
-        done.add(day)
-        start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+    # By the day proposed (read along the created_at index: decided_at has none), the
+    # days found in one read rather than one read per day.
+    for start in due(summary.cutoff).datetimes("created_at", "day", tzinfo=UTC):
+        day = start.date()
         ids = due(summary.cutoff).filter(
             created_at__gte=start, created_at__lt=start + timedelta(days=1)
         )
@@ -73,14 +64,15 @@ def run(days: int, archive: Archive, now: datetime) -> Summary:
                         "execution_id", flat=True
                     )
                 )
-                Proposal.objects.filter(pk__in=batch).delete()
-                Execution.objects.filter(pk__in=executions).delete()
+                delete_set(Proposal, batch)
+                delete_set(Execution, executions)
         forget_tallies()  # the overview's settled days lost proposals
         with transaction.atomic():
             record("system", "retention.archived", None, kind=KIND, day=day.isoformat(),
                    proposals=len(ids), file=entry["file"], sha256=entry["sha256"])  # fmt: skip
         summary.days.append({"day": day.isoformat(), "proposals": len(ids)})
         summary.proposals += len(ids)
+    return summary
 
 
 def _plain(row: dict) -> dict:

@@ -10,7 +10,7 @@ in a line, and when rows leave the database, is the apps' own retention.
 May import Django, boto3 and ``infrastructure.files`` only.
 """
 
-from .days import Archive, ArchiveError, cutoff, delete_batched
+from .days import Archive, ArchiveError, cutoff, delete_batched, delete_set
 from .locations import store_for
 
-__all__ = ["Archive", "ArchiveError", "cutoff", "delete_batched", "store_for"]
+__all__ = ["Archive", "ArchiveError", "cutoff", "delete_batched", "delete_set", "store_for"]

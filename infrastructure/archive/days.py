@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from django.db import connections
+from django.db import connections, models
+from django.db.models import ProtectedError
 
 from infrastructure.files import sha256_of
 
@@ -140,3 +141,46 @@ def delete_batched(rows, batch: int = 1000) -> int:
             cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks})", ids)
         deleted += len(ids)
     return deleted
+
+
+def delete_set(model, pks: list) -> None:
+    """Delete the rows of ``model`` whose keys are ``pks``, and what refers to them as each
+    reference's ``on_delete`` says, a statement per table: no row is loaded, where Django's
+    collector reads every row (and its JSON) before it deletes. Call inside a transaction.
+
+    CASCADE deletes the referring rows (their own referrers first), SET_NULL empties the
+    reference, DO_NOTHING leaves it; PROTECT and RESTRICT refuse (``ProtectedError``) when a
+    row still refers; any other rule is left to Django's collector.
+    """
+    if not pks:
+        return
+    rows = model._base_manager.filter(pk__in=pks)
+    for relation in _referrers(model):
+        referring = relation.related_model._base_manager.filter(**{
+            f"{relation.field.name}__in": pks
+        })  # fmt: skip
+        rule = relation.on_delete
+        if rule is models.CASCADE:
+            if _referrers(relation.related_model):
+                delete_set(relation.related_model, list(referring.values_list("pk", flat=True)))
+            else:
+                referring._raw_delete(referring.db)
+        elif rule is models.SET_NULL:
+            referring.update(**{relation.field.name: None})
+        elif rule in (models.PROTECT, models.RESTRICT):
+            if referring.exists():
+                raise ProtectedError(f"{relation.related_model.__name__} rows refer to them", [])
+        elif rule is not models.DO_NOTHING:
+            rows.delete()
+            return
+    rows._raw_delete(rows.db)
+
+
+def _referrers(model) -> list:
+    """The references to ``model`` from other tables (hidden ones too), as Django's collector
+    finds them."""
+    return [
+        field
+        for field in model._meta.get_fields(include_hidden=True)
+        if field.auto_created and not field.concrete and (field.one_to_one or field.one_to_many)
+    ]

@@ -8,15 +8,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import transaction
+from django.db.models import ProtectedError
 from django.utils import timezone
 
 from approvals.models import Decision, Proposal
+from approvals.notify.models import Delivery, ReviewLink, SlackMessage, Webhook, WebhookDelivery
 from approvals.retention import passes, proposals
 from audit import archive as audit_archive
 from audit.models import AuditEvent, ChainArchive, SinkPosition
 from audit.services import record, verify_chain
 from executions.models import Execution, OutputChunk
-from infrastructure.archive import Archive
+from infrastructure.archive import Archive, delete_set
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -324,3 +326,36 @@ def test_one_pass_at_a_time(archive, agent, reviewer):
         cache.delete(passes.LOCK)
     call_command("retention", "--days", "30")
     assert not Proposal.objects.filter(pk=old.pk).exists() and cache.get(passes.LOCK) is None
+
+
+def test_a_proposal_leaves_with_what_refers_to_it_as_each_reference_says(agent, reviewer):
+    """delete_set: a statement per table, with Django's on_delete rules, no row read."""
+    kept = decided(agent, reviewer, 40)
+    gone = decided(agent, reviewer, 40)
+    webhook = Webhook.objects.create(name="ops", url="https://hooks.example/x", secret="s")
+    for proposal in (kept, gone):
+        ReviewLink.objects.create(
+            nonce=f"n{proposal.pk}", reviewer=reviewer, proposal=proposal, command_hash="0" * 64,
+            expires_at=NOW,
+        )  # fmt: skip
+        SlackMessage.objects.create(proposal=proposal, event="e", channel="C1", ts=f"{proposal.pk}")
+        Delivery.objects.create(event="e", proposal=proposal, channel="email", operation="send",
+                                target="a@example.com")  # fmt: skip
+        WebhookDelivery.objects.create(event="e", proposal=proposal, webhook=webhook, body="{}")
+    with transaction.atomic(), pytest.raises(ProtectedError):  # a proposal still refers to it
+        delete_set(Execution, [gone.execution_id])
+    assert Execution.objects.filter(pk=gone.execution_id).exists()
+
+    with transaction.atomic():
+        delete_set(Proposal, [gone.pk])
+        delete_set(Execution, [gone.execution_id])
+    assert list(Proposal.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert list(Execution.objects.values_list("pk", flat=True)) == [kept.execution_id]
+    assert list(OutputChunk.objects.values_list("execution_id", flat=True)) == [kept.execution_id]
+    for model in (Decision, ReviewLink, SlackMessage):
+        assert list(model.objects.values_list("proposal_id", flat=True)) == [kept.pk], model
+    for model in (Delivery, WebhookDelivery):  # the delivery logs stay, without the proposal
+        assert sorted(model.objects.values_list("proposal_id", flat=True), key=str) == [
+            kept.pk, None
+        ], model  # fmt: skip
+    delete_set(Proposal, [])  # nothing asked, nothing done
