@@ -255,15 +255,16 @@ class Egress:
         if asked is None or asked.host.startswith("*"):
             _answer(client, 400, f"{target!r} is not host:port")
             return None, b""
-        host, port = asked.host, str(asked.port)
-        entry = next((entry for entry in self.entries if entry.takes(host, int(port))), None)
+        host, port = asked.host, asked.port
+        entry = next((entry for entry in self.entries if entry.takes(host, port)), None)
         if entry is None:
             return self._refuse(client, 403, f"{target} is not in this server's network list")
         try:
-            addresses = _addresses(host, int(port))
+            addresses = _addresses(host, port)
         except OSError as exc:
             return self._refuse(client, 502, f"{host} could not be resolved ({exc.strerror})")
-        allowed = [a for a in addresses if entry.address is not None or not _refused_address(a[0])]
+        listed_address = entry.address is not None
+        allowed = [a for a in addresses if listed_address or not _refused_address(a[0])]
         if not allowed:
             return self._refuse(
                 client,
