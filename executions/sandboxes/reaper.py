@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import docker
@@ -145,12 +146,20 @@ def kill_runtime_processes(container_id: str) -> list[int]:
 
 
 def _stray_runtime_processes(
-    procs: list[Proc], known: set[str], running: set[str], ours: set[str], min_age: float
+    procs: list[Proc],
+    known: set[str],
+    running: set[str],
+    ours: set[str],
+    min_age: float,
+    gone: Callable[[str], bool],
 ) -> list[int]:
-    """runsc processes of containers that are not running, and shims of unknown containers.
+    """runsc processes of containers that are not running, and shims of containers gone.
 
     Shims of containers dockerd still knows are left alone unless the container
-    is ours and stopped: other people's containers are not ours to judge.
+    is ours and stopped: other people's containers are not ours to judge. A
+    container missing from ``known`` counts as gone only when the engine says
+    so (``gone``): behind the Docker gate the list holds sandboxes only, and the
+    host's other containers are still there.
     """
     stray = []
     for p in procs:
@@ -159,9 +168,22 @@ def _stray_runtime_processes(
         cid = p.container_id()
         if cid is None or cid in running:
             continue
+        if cid not in known and not gone(cid):
+            continue
         if p.is_runsc or cid not in known or cid in ours:
             stray.append(p.pid)
     return stray
+
+
+def _gone(client: docker.DockerClient, cid: str) -> bool:
+    """Whether the engine says it has no such container (not: it would not say)."""
+    try:
+        client.api.inspect_container(cid)
+    except docker.errors.NotFound:
+        return True
+    except docker.errors.DockerException:
+        return False
+    return False
 
 
 def _abandoned(container: dict, now: float, min_age: float) -> bool:
@@ -198,7 +220,9 @@ def reap_orphans(
                 report.containers.append(container["Id"][:12])
                 live.discard(container["Id"])
     our_ids = {c["Id"] for c in ours}
-    strays = _stray_runtime_processes(list_processes(), known, live, our_ids, min_age_seconds)
+    strays = _stray_runtime_processes(
+        list_processes(), known, live, our_ids, min_age_seconds, lambda cid: _gone(client, cid)
+    )
     report.processes = _kill(strays)
     if report:
         log.info(

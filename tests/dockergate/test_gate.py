@@ -246,6 +246,24 @@ def test_the_reaper_through_the_gate_removes_a_dead_workers_sandbox(gate, client
     assert_container_removed(orphan)
 
 
+def test_the_reaper_through_the_gate_leaves_the_hosts_other_containers_running(
+    gate, client, start_container
+):
+    """Behind the gate the reaper sees sandboxes only: the host's other containers, whose
+    shims it also sees in the process list, are not strays (it asks the engine first)."""
+    from executions.sandboxes import reaper
+
+    other = start_container("sleep 600", labels={})
+    time.sleep(1.2)  # older than the pass's minimum age
+    shims = {p.pid for p in reaper.list_processes() if p.is_shim and p.mentions(other.id)}
+    assert shims
+    report = reaper.reap_orphans(docker.DockerClient(base_url=gate.url), min_age_seconds=1)
+    assert not shims & set(report.processes)
+    assert shims <= {p.pid for p in reaper.list_processes()}
+    other.reload()
+    assert other.status == "running"
+
+
 def test_an_engine_that_is_not_there_is_a_502_that_says_so(tmp_path):
     with running_gate(tmp_path / "gate.log", str(tmp_path / "no-engine.sock")) as gate:
         for method, path in [("GET", "/_ping"), ("GET", "/containers/anything/json")]:
