@@ -4,7 +4,8 @@
 socket, ``/var/run/docker.sock``, or ``host:port``), ``SANDBOX_IMAGE``
 (``airlock-sandbox:latest``), ``DOCKER_GATE_RUNTIMES`` (runtimes a sandbox may ask
 for besides the engine's default: ``runsc``) and ``DOCKER_ACTION_CONTAINERS``
-(``targets``; none when empty).
+(``targets``; none when empty); ``DOCKER_GATE_SERVER_IMAGES`` (images the MCP
+gateway's upstream servers may run from, comma-separated; none when empty).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def main() -> int:
         image=os.environ.get("SANDBOX_IMAGE", "airlock-sandbox:latest"),
         runtimes=frozenset(r.strip() for r in runtimes.split(",") if r.strip()),
         max_cpus=float(os.cpu_count() or 1),
+        server_images=frozenset(
+            image.strip()
+            for image in os.environ.get("DOCKER_GATE_SERVER_IMAGES", "").split(",")
+            if image.strip()
+        ),
     )
     gate = Gate(Engine(engine), policy, targets)
 

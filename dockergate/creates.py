@@ -10,6 +10,12 @@ else: no bind mount or volume, no device, no host namespace, no extra
 capability, no other network, no other runtime. A field that is not in the
 list must be empty (``null``, ``false``, ``0``, ``""``, ``[]``, ``{}``). What is
 forwarded to the engine is the checked body, written out again.
+
+An MCP server's container (labelled ``airlock.server``, from the gateway) is
+checked the same way but for three things: its image is one of the operator's
+list (``Policy.server_images``, none by default) instead of the sandbox image,
+its command is the server's (or the image's own), and it may carry an
+environment (the server's settings); its network must be ``none``.
 """
 
 from __future__ import annotations
@@ -33,11 +39,16 @@ class Refused(Exception):
     """The create is not a sandbox's; the message says which field."""
 
 
+SERVER_LABEL = "airlock.server"
+ENV_ENTRY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*=[^\0]*\Z")
+
+
 @dataclass(frozen=True)
 class Policy:
     image: str
     runtimes: frozenset[str]  # besides the engine's default
     max_cpus: float = 64.0
+    server_images: frozenset[str] = frozenset()  # what an MCP server's container may run
 
 
 def _empty(value: object) -> bool:
@@ -56,16 +67,42 @@ def _int(section: str, key: str, value: object, low: int, high: int) -> int:
     return value
 
 
-def _check_top(body: dict, policy: Policy) -> None:
-    if body.get("Image") != policy.image:
-        raise Refused(f"Image must be the sandbox image {policy.image}, not {body.get('Image')!r}")
-    command = body.get("Cmd")
-    if (
-        not isinstance(command, list)
-        or not all(isinstance(part, str) for part in command)
-        or command[:3] != RUNNER_PREFIX
+def _is_server(body: dict) -> bool:
+    labels = body.get("Labels")
+    return isinstance(labels, dict) and SERVER_LABEL in labels
+
+
+def _check_server(body: dict, policy: Policy) -> None:
+    """An MCP server's image, command and environment."""
+    image = body.get("Image")
+    if image not in policy.server_images:
+        allowed = ", ".join(sorted(policy.server_images)) or "none (DOCKER_GATE_SERVER_IMAGES)"
+        raise Refused(f"Image {image!r} is not one an MCP server may run from (allowed: {allowed})")
+    command = body.get("Cmd") or []
+    if not isinstance(command, list) or not all(isinstance(part, str) for part in command):
+        raise Refused("Cmd must be a list of strings")
+    env = body.get("Env") or []
+    if not isinstance(env, list) or not all(
+        isinstance(entry, str) and ENV_ENTRY.match(entry) for entry in env
     ):
-        raise Refused("Cmd must be a sandbox runner (python3 -I -S …)")
+        raise Refused("Env must be a list of NAME=value")
+    if (body.get("HostConfig") or {}).get("NetworkMode") != "none":
+        raise Refused("HostConfig.NetworkMode must be none for an MCP server")
+
+
+def _check_top(body: dict, policy: Policy) -> None:
+    if _is_server(body):
+        _check_server(body, policy)
+    elif body.get("Image") != policy.image:
+        raise Refused(f"Image must be the sandbox image {policy.image}, not {body.get('Image')!r}")
+    else:
+        command = body.get("Cmd")
+        if (
+            not isinstance(command, list)
+            or not all(isinstance(part, str) for part in command)
+            or command[:3] != RUNNER_PREFIX
+        ):
+            raise Refused("Cmd must be a sandbox runner (python3 -I -S …)")
     if not USER.match(str(body.get("User") or "")):
         raise Refused(f"User must be a non-root uid[:gid], not {body.get('User')!r}")
     if body.get("Tty"):
@@ -146,5 +183,7 @@ def check_create(body: object, policy: Policy) -> dict:
         "OpenStdin", "StdinOnce", "AttachStdin", "AttachStdout", "AttachStderr",
         "NetworkDisabled",
     }  # fmt: skip
+    if _is_server(body):
+        checked.add("Env")
     _check_rest("", body, checked)
     return {key: value for key, value in body.items() if not _empty(value) or key == "Tty"}

@@ -12,6 +12,9 @@ against what that container is (``judge``), from the engine's own view of it:
 | stop, restart, logs | no | yes |
 | attach, wait, kill, remove | yes, by the worker that made it | no |
 
+An MCP server's container (the gateway's upstream run from an image, checked
+by ``creates``) is a sandbox here too.
+
 A create is labelled with the address it came from (``airlock.gate.peer``), and
 only that address may attach to, start, wait for, kill or remove the sandbox: a
 worker cannot reach into another worker's runs.

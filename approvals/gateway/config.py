@@ -12,6 +12,9 @@ anything is written::
         read: [/opt/mcp/github]       # what of the host its sandbox shows it, beside
         write: []                     # the system dirs, its installation and /work
         network: [api.github.com:443] # the hosts it may reach (through its proxy); none if absent
+      fetch:
+        image: mcp/fetch:latest       # a container of this image (its command, or `command`),
+                                      # with no network and nothing of the host
       crm:
         url: https://crm.example.com/mcp
         headers: {Authorization: "Bearer ${CRM_TOKEN}"}
@@ -45,7 +48,13 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
 MAX_TIMEOUT_SECONDS = 3600
 MAX_NETWORK = 64
+# An image reference as the engine takes it: [registry[:port]/]name[:tag][@digest].
+IMAGE = re.compile(
+    r"^([a-z0-9][a-z0-9.-]*(:[0-9]{1,5})?/)?[a-z0-9][a-z0-9._/-]{0,200}"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
 FIELDS = (
+    "image",
     "command",
     "env",
     "read",
@@ -91,6 +100,7 @@ def clean(name: object, data: object) -> dict:
         )
     row = {
         "transport": "",
+        "image": "",
         "command": [],
         "env": {},
         "read": [],
@@ -102,24 +112,40 @@ def clean(name: object, data: object) -> dict:
         "enabled": True,
         "description": "",
     }
-    has_command, has_url = data.get("command") not in (None, []), data.get("url") not in (None, "")
+    has_image = data.get("image") not in (None, "")
+    has_command = has_image or data.get("command") not in (None, [])
+    has_url = data.get("url") not in (None, "")
     if has_command == has_url:
-        problems.append("give either command (a stdio server) or url (a streamable HTTP server)")
+        problems.append(
+            "give either command or image (a stdio server) or url (a streamable HTTP server)"
+        )
     if has_command:
         row["transport"] = Upstream.Transport.STDIO
-        row["command"] = _command(data["command"], problems)
+        if has_image:
+            row["image"] = _image(data["image"], problems)
+        if data.get("command") not in (None, []):
+            row["command"] = _command(data["command"], problems)
         row["env"] = _mapping(data.get("env"), "env", ENV_NAME, problems)
         row["read"] = _paths(data.get("read"), "read", problems)
         row["write"] = _paths(data.get("write"), "write", problems)
         row["network"] = _network(data.get("network"), problems)
         if data.get("headers"):
             problems.append("headers: only for an upstream reached at a url")
+        if has_image:
+            for field in ("read", "write", "network"):
+                if data.get(field):
+                    problems.append(
+                        f"{field}: an upstream run from an image sees only its container, "
+                        "with no network (put what it needs in the image)"
+                    )
     if has_url:
         row["transport"] = Upstream.Transport.HTTP
         row["url"] = _url(data["url"], problems)
         row["headers"] = _mapping(data.get("headers"), "headers", HEADER_NAME, problems)
         if data.get("env"):
-            problems.append("env: only for an upstream started as a command")
+            problems.append("env: only for an upstream started as a command or an image")
+        if data.get("image"):
+            problems.append("image: only for a stdio upstream, not one reached at a url")
         for field in ("read", "write", "network"):
             if data.get(field):
                 problems.append(f"{field}: only for an upstream started as a command")
@@ -155,6 +181,15 @@ def _command(value: object, problems: list[str]) -> list[str]:
         return []
     if any("\0" in part for part in value):
         problems.append("command: no NUL characters")
+    return value
+
+
+def _image(value: object, problems: list[str]) -> str:
+    if not isinstance(value, str) or not IMAGE.match(value):
+        problems.append(
+            f"image: {value!r} is not an image reference (name[:tag][@sha256:…], lowercase)"
+        )
+        return ""
     return value
 
 
@@ -251,6 +286,7 @@ def audit_data(name: str, row: dict) -> dict:
     return {
         "name": name,
         "transport": row["transport"],
+        "image": row.get("image", ""),
         "command": row["command"],
         "url": row["url"],
         "env_names": sorted(row["env"]),

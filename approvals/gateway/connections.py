@@ -9,9 +9,14 @@ never sent again (nothing is called upstream twice). A stdio upstream runs in
 a sandbox (``executions.sandboxes.confined_server``): nothing of Airlock's
 environment, data dir, database or keys, only the host's system dirs, its
 installation and the paths its configuration lists, and of the network only
-the hosts its ``network`` lists (none by default), through a proxy; its stderr
+the hosts its ``network`` lists (none by default), through a proxy; one with an
+``image`` runs as a container of it, with no network (under gVisor where that is
+the sandbox backend, through the Docker gate in the scale deployment); its stderr
 goes to this module's log, a line at a time, named. A changed configuration
-(its fingerprint) closes the old connection and opens a new one.
+(its fingerprint) closes the old connection and opens a new one; while a
+process holds connections it reads the upstreams again every few seconds
+(``Pool.watch``), so one removed, disabled or changed ends there too, whether a
+call reaches that process or not.
 
 Everything here is async and reads no database: the caller resolves the
 upstreams (``targets``) on a thread.
@@ -26,6 +31,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,6 +49,7 @@ CONNECT_SECONDS = 20  # to start a stdio upstream, or reach an HTTP one, and sha
 LIST_SECONDS = 15
 TOOLS_FRESH_SECONDS = 30  # a listing is read again after this long
 RETRY_SECONDS = 10  # an upstream that could not be opened is not tried again sooner
+WATCH_SECONDS = 5  # how soon a process ends the server of an upstream removed or changed
 SEPARATOR = "__"  # <server>__<tool> on Airlock's /mcp
 
 
@@ -71,6 +78,7 @@ class Target:
     timeout_seconds: int
     fingerprint: str
     missing: tuple[str, ...] = ()  # environment variables referenced but not set
+    image: str = ""  # run from this image, as a container, rather than a host command
 
 
 def _resolve(values: dict[str, str], missing: set[str]) -> tuple[tuple[str, str], ...]:
@@ -90,6 +98,7 @@ def target_of(upstream: Upstream) -> Target:
     return Target(
         name=upstream.name,
         transport=upstream.transport,
+        image=upstream.image,
         command=tuple(upstream.command),
         env=env,
         read=tuple(upstream.read),
@@ -109,7 +118,7 @@ def targets() -> list[Target]:
     return [target_of(upstream) for upstream in Upstream.objects.filter(enabled=True)]
 
 
-def _client(target: Target, stack: contextlib.AsyncExitStack) -> Client:
+def _client(target: Target, stack: contextlib.AsyncExitStack, heard: list[Heard]) -> Client:
     import httpx2
     from mcp.client import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -121,7 +130,8 @@ def _client(target: Target, stack: contextlib.AsyncExitStack) -> Client:
         parameters = StdioServerParameters(
             command=server.argv[0], args=server.argv[1:], env=server.env
         )
-        return Client(stdio_client(parameters, errlog=_stderr_log(target.name, stack)))
+        heard.append(Heard(target.name, stack))
+        return Client(stdio_client(parameters, errlog=heard[-1].file))
     http = httpx2.AsyncClient(
         headers=dict(target.headers),
         timeout=httpx2.Timeout(CONNECT_SECONDS, read=target.timeout_seconds + 5),
@@ -142,6 +152,7 @@ def _confined(target: Target) -> ConfinedServer:
         write=target.write,
         network=target.network,
         hidden=target.hidden,
+        image=target.image,
     )
     try:
         return confined_server(spec)
@@ -149,24 +160,32 @@ def _confined(target: Target) -> ConfinedServer:
         raise UpstreamDown(f"upstream {target.name} cannot be sandboxed: {exc}") from None
 
 
-def _stderr_log(name: str, stack: contextlib.ExitStack | contextlib.AsyncExitStack):
-    """A pipe for the upstream's stderr whose lines go to this module's log, named."""
-    read_fd, write_fd = os.pipe()
-    reader = threading.Thread(
-        target=_log_lines, args=(read_fd, name), name=f"upstream {name} stderr", daemon=True
-    )
-    reader.start()
-    errlog = os.fdopen(write_fd, "w")
-    stack.callback(errlog.close)  # the process holds its own copy; EOF once it has ended
-    return errlog
+class Heard:
+    """A pipe for the upstream's stderr whose lines go to this module's log, named; the
+    last one is kept, to say why a server that would not start ended."""
 
+    def __init__(self, name: str, stack: contextlib.ExitStack | contextlib.AsyncExitStack):
+        self.name, self.last = name, ""
+        read_fd, write_fd = os.pipe()
+        self.reader = threading.Thread(
+            target=self._log_lines, args=(read_fd,), name=f"upstream {name} stderr", daemon=True
+        )
+        self.reader.start()
+        self.file = os.fdopen(write_fd, "w")
+        stack.callback(self.file.close)  # the process holds its own copy; EOF once it has ended
 
-def _log_lines(fd: int, name: str) -> None:
-    with os.fdopen(fd, "rb") as lines:
-        for line in lines:
-            text = line.decode("utf-8", errors="replace").rstrip()
-            if text:
-                log.warning("upstream %s: %s", name, text[:2000])
+    def _log_lines(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as lines:
+            for line in lines:
+                text = line.decode("utf-8", errors="replace").rstrip()
+                if text:
+                    self.last = text[:2000]
+                    log.warning("upstream %s: %s", self.name, self.last)
+
+    def said(self, timeout: float = 1.0) -> str:
+        """Its last line, once the process has ended (its stderr closed), within ``timeout``."""
+        self.reader.join(timeout)
+        return self.last if len(self.last) < 300 else self.last[:299] + "…"
 
 
 def _describe(error: BaseException) -> str:
@@ -239,17 +258,19 @@ class Connection:
 
     async def _own(self, ready: asyncio.Future, stop: asyncio.Event) -> None:
         """Hold the client's context until told to stop or the connection ends."""
-        client = None
+        client, heard = None, []
         try:
             async with contextlib.AsyncExitStack() as stack:
-                client = await stack.enter_async_context(_client(self.target, stack))
+                client = await stack.enter_async_context(_client(self.target, stack, heard))
                 ready.set_result(client)
                 await stop.wait()
         except BaseException as exc:  # noqa: BLE001 - whatever ended it, the next use reopens
             if not ready.done():
-                ready.set_exception(
-                    UpstreamDown(f"upstream {self.target.name} is unreachable: {_describe(exc)}")
-                )
+                said = ""
+                if heard and not isinstance(exc, asyncio.CancelledError):
+                    said = await asyncio.to_thread(heard[0].said)
+                message = f"upstream {self.target.name} is unreachable: {_describe(exc)}"
+                ready.set_exception(UpstreamDown(message + (f" (it said: {said})" if said else "")))
             elif not isinstance(exc, asyncio.CancelledError):
                 log.warning("upstream %s closed: %s", self.target.name, _describe(exc))
         finally:
@@ -328,10 +349,16 @@ class Connection:
 
 
 class Pool:
-    """This event loop's connections, by upstream name."""
+    """This event loop's connections, by upstream name.
+
+    While it holds any, it reads the upstreams again every ``WATCH_SECONDS``
+    (``watch``) and ends those removed, disabled or changed since: a process
+    that no call or listing reaches ends its servers all the same.
+    """
 
     def __init__(self) -> None:
         self.connections: dict[str, Connection] = {}
+        self._watcher: asyncio.Task | None = None
 
     def connection(self, target: Target) -> Connection:
         current = self.connections.get(target.name)
@@ -342,10 +369,30 @@ class Pool:
         current = self.connections[target.name] = Connection(target)
         return current
 
-    def keep_only(self, names: set[str]) -> None:
-        """Close the connections of upstreams removed or disabled since."""
-        for name in set(self.connections) - names:
-            self.connections.pop(name).close()
+    def keep_current(self, found: list[Target]) -> None:
+        """Close the connections of upstreams removed, disabled or changed since."""
+        fingerprints = {target.name: target.fingerprint for target in found}
+        for name, connection in list(self.connections.items()):
+            if fingerprints.get(name) != connection.target.fingerprint:
+                self.connections.pop(name).close()
+
+    def watch(self, resolve: Callable[[], Awaitable[list[Target]]]) -> None:
+        """Keep the connections current with ``resolve()`` (the enabled upstreams, read on a
+        thread) while there are any."""
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(
+                self._watching(resolve), name="upstreams watcher"
+            )
+
+    async def _watching(self, resolve: Callable[[], Awaitable[list[Target]]]) -> None:
+        while self.connections:
+            await asyncio.sleep(WATCH_SECONDS)
+            try:
+                self.keep_current(await resolve())
+            except Exception:  # noqa: BLE001 - a database away for a moment: read again later
+                log.warning(
+                    "could not read the upstreams to keep connections current", exc_info=True
+                )
 
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pool] = weakref.WeakKeyDictionary()

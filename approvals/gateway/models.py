@@ -14,6 +14,7 @@ class Upstream(models.Model):
     runs sandboxed (``connections``): of the host it sees the system
     directories, its installation, and ``read`` / ``write``; of the network,
     only the ``host:port`` pairs ``network`` lists, through a proxy of its own.
+    One with an ``image`` runs as a container of it instead, with no network.
     """
 
     class Transport(models.TextChoices):
@@ -22,6 +23,8 @@ class Upstream(models.Model):
 
     name = models.CharField(max_length=40, unique=True)
     transport = models.CharField(max_length=8, choices=Transport.choices)
+    # For stdio: an image to run as a container (no host command, no network), or blank.
+    image = models.CharField(max_length=300, blank=True)
     command = models.JSONField(default=list, blank=True)  # argv, for stdio
     env = models.JSONField(default=dict, blank=True)  # for stdio, beside a minimal environment
     # For stdio: the host paths its sandbox shows it, read-only and writable (absolute).

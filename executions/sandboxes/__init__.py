@@ -4,9 +4,11 @@
 picks the strongest backend whose probe succeeds on this host.
 
 ``confined_server(spec)``: a long-lived program that speaks on its stdio (the
-MCP gateway's stdio upstreams), confined by the local backend's namespaces or
-Landlock (``local.servers``) whatever backend runs scripts; ``network_entry``
-reads one of its ``host:port`` network entries (``EgressError`` when it is not).
+MCP gateway's stdio upstreams). A host command is confined by the local
+backend's namespaces or Landlock (``local.servers``) whatever backend runs
+scripts; an image runs as a container (``docker.servers``), under gVisor when
+that is the backend in force. ``network_entry`` reads one of a server's
+``host:port`` network entries (``EgressError`` when it is not).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from django.utils.module_loading import import_string
 
 from .base import (
     Availability,
+    ConfinedServer,
     Limits,
     MemorySink,
     OutputSink,
@@ -27,12 +30,13 @@ from .base import (
     Sandbox,
     SandboxError,
     SandboxUnavailable,
+    ServerSpec,
     UnsupportedLanguage,
 )
 from .local.egress import EgressError
 from .local.egress import parse as network_entry
-from .local.servers import ConfinedServer, ServerSpec, overlaps
-from .local.servers import server_command as confined_server
+from .local.servers import overlaps
+from .local.servers import server_command as local_server
 
 __all__ = [
     "Availability",
@@ -113,6 +117,20 @@ def get_sandbox(name: str | None = None) -> Sandbox:
                 raise SandboxUnavailable(f"sandbox backend {resolved!r}: {availability.reason}")
             sandbox = _instances[resolved] = cls()
         return sandbox
+
+
+def confined_server(spec: ServerSpec, method: str | None = None) -> ConfinedServer:
+    """How to start ``spec`` confined: a command with ``method`` (``unshare`` or
+    ``landlock``; the best this host has when None), an image in a container with the
+    runtime of ``method`` (``docker`` or ``gvisor``; the backend in force when None)."""
+    if not spec.image:
+        return local_server(spec, method)
+    backend = method or resolve_backend_name()
+    if backend not in ("docker", "gvisor", "local"):
+        raise SandboxUnavailable(f"a server's image runs with docker or gvisor, not {backend!r}")
+    from .docker.servers import server_command as container_server
+
+    return container_server(spec, "runsc" if backend == "gvisor" else None)
 
 
 def close_all() -> None:

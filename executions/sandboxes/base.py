@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -58,6 +59,43 @@ class Limits:
             "cpu_seconds": self.cpu_limit,
             "network": self.network,
         }
+
+
+SERVER_LIMITS = Limits(memory_mb=2048, max_processes=128, max_file_size_mb=256, disk_mb=256)
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A program to keep running confined (an MCP server): what it is, and what it may touch.
+
+    A command (``argv``) runs on this host under the local confinement; an ``image``
+    runs as a container of that image (``argv`` then overrides its command).
+    """
+
+    name: str  # the server's: names its uid when the caller is root, labels its container
+    argv: tuple[str, ...]  # argv[0] absolute, or found on PATH (or in the image)
+    env: tuple[tuple[str, str], ...] = ()
+    read: tuple[str, ...] = ()  # host paths it may read (its installation), absolute
+    write: tuple[str, ...] = ()  # host paths it may write, absolute
+    hidden: tuple[str, ...] = ()  # host paths it must never see (the caller's data, keys)
+    network: tuple[str, ...] = ()  # host:port it may connect to, through its proxy
+    image: str = ""  # a container image to run it from, instead of a host command
+    limits: Limits = SERVER_LIMITS
+
+
+@dataclass
+class ConfinedServer:
+    """What to spawn: ``argv`` with exactly ``env``; ``cleanup()`` once it has ended."""
+
+    argv: list[str]
+    env: dict[str, str]
+    method: str
+    details: dict = field(default_factory=dict)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    def cleanup(self) -> None:
+        while self.cleanups:
+            self.cleanups.pop()()
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ from dockergate.creates import Policy
 from dockergate.rules import Denied, Request, judge, plan
 from dockergate.targets import SANDBOX_LABEL, BadRules, Targets
 from executions.sandboxes import reaper
-from executions.sandboxes.base import Limits, SandboxError
-from executions.sandboxes.docker import DockerSandbox
+from executions.sandboxes.base import Limits, SandboxError, ServerSpec
+from executions.sandboxes.docker import DockerSandbox, attach
 from executions.sandboxes.docker.pool import Shape
+from executions.sandboxes.docker.servers import server_command
 
 POLICY = Policy(image="airlock-sandbox:latest", runtimes=frozenset({"runsc"}), max_cpus=4)
 TARGETS = Targets.parse("label:airlock.actions, name:web-*")
@@ -32,8 +33,8 @@ class Captured(Exception):
     pass
 
 
-def sandbox_create(runtime: str | None = None, network: bool = False) -> dict:
-    """The create body DockerSandbox sends, taken from the SDK before it leaves."""
+def capturing() -> tuple[docker.DockerClient, list[dict]]:
+    """A client whose JSON posts (a create's body) are kept, and go nowhere (``Captured``)."""
     client = docker.DockerClient(base_url="tcp://127.0.0.1:9", version="1.41")
     sent: list[dict] = []
 
@@ -42,11 +43,34 @@ def sandbox_create(runtime: str | None = None, network: bool = False) -> dict:
         raise Captured
 
     client.api._post_json = capture
+    return client, sent
+
+
+def sandbox_create(runtime: str | None = None, network: bool = False) -> dict:
+    """The create body DockerSandbox sends, taken from the SDK before it leaves."""
+    client, sent = capturing()
     client.api.containers = lambda **kwargs: []  # the reaper at start-up: nothing to reap
     sandbox = DockerSandbox(client=client, runtime=runtime, spare=False)
     with pytest.raises(SandboxError):
         sandbox._create_attached(["python3", "-I", "-S", "/opt/airlock/runner.py"],
                                  Shape.of(Limits(network=network)), "sandbox")  # fmt: skip
+    return sent[0]
+
+
+SERVER_IMAGE = "mcp/fetch:1.2"
+SERVERS = Policy(
+    image="airlock-sandbox:latest", runtimes=frozenset({"runsc"}), max_cpus=4,
+    server_images=frozenset({SERVER_IMAGE}),
+)  # fmt: skip
+
+
+def server_create(runtime: str | None = None) -> dict:
+    """The create body the gateway's attach program sends for an upstream run from an image."""
+    spec = ServerSpec(name="fetch", argv=(), env=(("TOKEN", "t"),), image=SERVER_IMAGE)
+    config = json.loads(server_command(spec, runtime).env["AIRLOCK_SERVER"])
+    client, sent = capturing()
+    with pytest.raises(Captured):
+        attach.create(client.api, config)
     return sent[0]
 
 
@@ -106,16 +130,61 @@ LOOSENED = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("change", list(LOOSENED), ids=list(LOOSENED))
-def test_a_create_loosened_in_any_field_is_refused_naming_it(change):
-    path, value, field = LOOSENED[change]
-    body = copy.deepcopy(sandbox_create())
+def loosened(body: dict, path: tuple[str, ...], value: object) -> dict:
+    """A copy of ``body`` with the field at ``path`` set to ``value``."""
+    body = copy.deepcopy(body)
     target = body
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize("change", list(LOOSENED), ids=list(LOOSENED))
+def test_a_create_loosened_in_any_field_is_refused_naming_it(change):
+    path, value, field = LOOSENED[change]
     with pytest.raises(Denied, match=field):
-        plan(create(body), POLICY)
+        plan(create(loosened(sandbox_create(), path, value)), POLICY)
+
+
+@pytest.mark.parametrize("runtime", [None, "runsc"], ids=["runc", "runsc"])
+def test_an_mcp_servers_create_passes_with_an_image_of_the_list_and_its_environment(runtime):
+    body = server_create(runtime)
+    sent = json.loads(plan(create(body), SERVERS).body)
+    assert sent["Image"] == SERVER_IMAGE and "TOKEN=t" in sent["Env"]
+    assert sent["HostConfig"] == body["HostConfig"] and sent["HostConfig"]["NetworkMode"] == "none"
+    assert sent["Labels"]["airlock.server"] == "fetch"
+    with pytest.raises(Denied, match="is not one an MCP server may run from .allowed: none"):
+        plan(create(body), POLICY)  # a gate with no list runs no server
+
+
+SERVER_LOOSENED = {
+    **{change: LOOSENED[change] for change in (
+        "privileged", "bind-root", "docker-socket", "mount", "cap-add", "host-network",
+        "host-pid", "writable-root", "no-memory-limit", "runtime", "root", "entrypoint", "tty",
+    )},
+    "foreign-label": (("Labels", "traefik.enable"), "true", "Labels"),
+    "other-image": (("Image",), "debian:bookworm", "debian:bookworm"),
+    "sandbox-image": (("Image",), "airlock-sandbox:latest", "airlock-sandbox"),
+    "bridge": (("HostConfig", "NetworkMode"), "bridge", "NetworkMode must be none"),
+    "environment-shape": (("Env",), ["not an assignment"], "Env"),
+    "environment-nul": (("Env",), ["A=b\u0000"], "Env"),
+    "command-shape": (("Cmd",), "python3 -c pass", "Cmd"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("change", list(SERVER_LOOSENED), ids=list(SERVER_LOOSENED))
+def test_an_mcp_servers_create_loosened_in_any_field_is_refused_naming_it(change):
+    path, value, field = SERVER_LOOSENED[change]
+    with pytest.raises(Denied, match=field):
+        plan(create(loosened(server_create(), path, value)), SERVERS)
+
+
+def test_a_sandbox_create_still_takes_no_environment_whatever_the_server_list():
+    body = sandbox_create()
+    body["Env"] = ["LD_PRELOAD=/tmp/x.so"]
+    with pytest.raises(Denied, match="Env"):
+        plan(create(body), SERVERS)
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,11 @@ def test_a_file_sets_the_upstreams_whole_audited_without_secret_values(tmp_path,
         ("upstreams:\n  x: {command: [ls], network: ['h:99999']}", "x: network: 'h:99999': the"),
         ("upstreams:\n  x: {command: [ls], network: ['a b:1']}", "neither a host name nor an"),
         ("upstreams:\n  x: {command: [ls], network: [[h, 1]]}", "is not host:port text"),
+        ("upstreams:\n  x: {image: 'Bad Image'}", "x: image: 'Bad Image' is not an image"),
+        ("upstreams:\n  x: {image: [a]}", "x: image: ['a'] is not an image reference"),
+        ("upstreams:\n  x: {image: 'a:1', read: [/opt]}", "x: read: an upstream run from an"),
+        ("upstreams:\n  x: {image: 'a:1', network: [h:1]}", "x: network: an upstream run from"),
+        ("upstreams:\n  x: {image: 'a:1', url: 'http://h/mcp'}", "x: give either command or"),
         ("servers: {}", "the file is a mapping with one key, upstreams"),
         ("upstreams: [a]", "upstreams: a mapping of names"),
         ("upstreams: {x: [", "not YAML"),
@@ -116,6 +121,31 @@ def test_a_bad_file_is_refused_whole_naming_each_problem(tmp_path, text, said, s
     assert said in str(raised.value)
     assert list(Upstream.objects.values_list("name", flat=True)) == ["kept"]  # nothing written
     assert trail() == []
+
+
+@pytest.mark.django_db
+def test_an_image_is_a_stdio_upstream_whose_command_is_optional(tmp_path, capsys):
+    path = tmp_path / "upstreams.yaml"
+    path.write_text(
+        "upstreams:\n"
+        "  fetch: {image: 'registry.local:5000/mcp/fetch:1.2', env: {TOKEN: '${T}'}}\n"
+        "  pinned: {image: 'mcp/git@sha256:" + "a" * 64 + "', command: [mcp-git, --ro]}\n"
+    )
+    call_command("upstreams", "apply", str(path))
+    fetch, pinned = Upstream.objects.order_by("name")
+    assert (fetch.transport, fetch.image, fetch.command) == (
+        "stdio",
+        "registry.local:5000/mcp/fetch:1.2",
+        [],
+    )
+    assert pinned.command == ["mcp-git", "--ro"]
+    assert trail()[0][2]["image"] == "registry.local:5000/mcp/fetch:1.2"
+    exported = tmp_path / "again.yaml"
+    capsys.readouterr()
+    call_command("upstreams", "export")
+    exported.write_text(capsys.readouterr().out)
+    call_command("upstreams", "apply", str(exported))  # read back: nothing changes
+    assert "0 change(s)" in capsys.readouterr().out
 
 
 @pytest.mark.django_db
@@ -174,12 +204,20 @@ def test_the_console_adds_changes_and_removes_upstreams_and_never_shows_a_secret
     assert Upstream.objects.get(name="gh").network == ["api.github.com:443"]
     assert "connects to <code>api.github.com:443</code>" in client.get(page).content.decode()
     client.post(reverse("console:upstream-action", args=["gh", "remove"]))
+    boxed = client.post(page, {"name": "box", "image": "mcp/fetch:1", "timeout_seconds": 5})
+    assert boxed.status_code == 302
+    assert Upstream.objects.get(name="box").image == "mcp/fetch:1"
+    listed = client.get(page).content.decode()
+    assert "image <code>mcp/fetch:1</code>" in listed and "a container, no network" in listed
+    client.post(reverse("console:upstream-action", args=["box", "remove"]))
 
     removed = client.post(reverse("console:upstream-action", args=["crm", "remove"]))
     assert removed.status_code == 302 and not Upstream.objects.exists()
     assert [(actor, verb) for actor, verb, _ in trail()] == [
         (f"user:{admin_user.username}", "gateway.upstream_added"),
         (f"user:{admin_user.username}", "gateway.upstream_changed"),
+        (f"user:{admin_user.username}", "gateway.upstream_added"),
+        (f"user:{admin_user.username}", "gateway.upstream_removed"),
         (f"user:{admin_user.username}", "gateway.upstream_added"),
         (f"user:{admin_user.username}", "gateway.upstream_removed"),
         (f"user:{admin_user.username}", "gateway.upstream_removed"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from approvals.gateway import connections
 from approvals.gateway.connections import Connection, Pool, Target, UpstreamDown
 from tests.gateway.conftest import open_folder, stdio_upstream
 from tests.serving import USER_PYTHON, free_port
@@ -130,13 +131,44 @@ def test_a_changed_configuration_opens_a_new_connection_and_a_removed_one_closes
         await asyncio.sleep(0.5)
         first_alive = first.alive
         await changed.list_tools()
-        pool.keep_only(set())
+        pool.keep_current([replace(stdio(calls), fingerprint="two")])
+        kept = changed.alive
+        pool.keep_current([])
         await asyncio.sleep(0.5)
-        return same is first, changed is not first, first_alive, changed.alive, pool.connections
+        return (
+            same is first,
+            changed is not first,
+            first_alive,
+            kept,
+            changed.alive,
+            pool.connections,
+        )
 
-    same, new, first_alive, changed_alive, left = asyncio.run(scenario())
-    assert same and new
+    same, new, first_alive, kept, changed_alive, left = asyncio.run(scenario())
+    assert same and new and kept
     assert first_alive is False and changed_alive is False and left == {}
+
+
+def test_a_process_no_call_reaches_ends_a_removed_upstreams_server_all_the_same(calls, monkeypatch):
+    monkeypatch.setattr(connections, "WATCH_SECONDS", 0.2)
+    listed = [stdio(calls)]
+
+    async def resolve():
+        return list(listed)
+
+    async def scenario():
+        pool = Pool()
+        connection = pool.connection(stdio(calls))
+        await connection.list_tools()
+        pool.watch(resolve)
+        await asyncio.sleep(0.6)
+        still = connection.alive
+        listed.clear()  # removed, as another process's admin did
+        await asyncio.sleep(0.6)
+        return still, connection.alive, pool.connections, pool._watcher.done()
+
+    still, alive, left, watcher_done = asyncio.run(scenario())
+    assert still is True and alive is False and left == {} and watcher_done
 
 
 def test_an_upstream_that_failed_to_start_is_not_tried_again_at_once(calls):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gateway.images import upstream_image
 from tests.support import require
 
 from .stack import HOSTS, Agent, Stack, stack_env
@@ -101,6 +102,8 @@ def stack() -> Stack:
     log = Path(tempfile.mkdtemp(prefix="airlock-scale-")) / "stack.log"
     _remove_orphans(log)
     stack = Stack(project=project, port=_free_port(), env=stack_env(project, 0), log=log)
+    # The suite's MCP server, which the gate lets the gateway run (test_gateway_upstreams).
+    stack.env["DOCKER_GATE_SERVER_IMAGES"] = upstream_image()
     stack.env["AIRLOCK_PORT"] = str(stack.port)
     started = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -75,10 +75,11 @@ async def listed_for(principal: Principal) -> list[types.Tool]:
         return []
     pool = connections.pool()
     found = await on_thread(connections.targets)()
-    pool.keep_only({target.name for target in found})
+    pool.keep_current(found)
     listings = await asyncio.gather(
         *(pool.connection(target).list_tools() for target in found), return_exceptions=True
     )
+    pool.watch(on_thread(connections.targets))
     listed = []
     for target, tools in zip(found, listings, strict=True):
         if isinstance(tools, BaseException):
@@ -151,7 +152,9 @@ async def _call(call: Call, name: str, arguments: dict) -> types.CallToolResult:
     target = next((t for t in await on_thread(connections.targets)() if t.name == server), None)
     if target is None:
         raise calls.ToolError(f"unknown tool {name!r}; tools/list shows yours")
-    connection = connections.pool().connection(target)
+    pool = connections.pool()
+    connection = pool.connection(target)
+    pool.watch(on_thread(connections.targets))
     upstream_tool = next((t for t in await connection.list_tools() if t.name == tool), None)
     if upstream_tool is None:
         raise calls.ToolError(f"upstream {server} has no tool {tool!r}; tools/list shows yours")

@@ -1,7 +1,7 @@
 """The admins' MCP gateway page: the upstream servers, added, changed and removed, audited.
 
-The form takes a command line (split as a shell would, without running one)
-or a URL, and ``NAME=value`` / ``Name: value`` lines for the environment or
+The form takes a command line (split as a shell would, without running one),
+an image (run as a container, optionally with that command) or a URL, and ``NAME=value`` / ``Name: value`` lines for the environment or
 headers. Values are never shown again: the list shows names, and an edit
 form shows each literal value as ``********``, which keeps the stored value
 when saved unchanged (``${NAME}`` references, which are no secret, show as
@@ -37,6 +37,12 @@ class UpstreamForm(forms.Form):
         required=False,
         max_length=2000,
         help_text="A stdio server: the command line that starts it (split as a shell would).",
+    )
+    image = forms.CharField(
+        required=False,
+        max_length=300,
+        help_text="Or run it as a container of this image (the command, if given, replaces "
+        "the image's): nothing of this host and no network.",
     )
     read = forms.CharField(
         required=False,
@@ -100,6 +106,7 @@ class UpstreamForm(forms.Form):
                 k: self.stored.headers.get(k, v) if v == HIDDEN else v for k, v in headers.items()
             }
         return data["name"], {
+            "image": data["image"].strip(),
             "command": command,
             "url": data["url"].strip(),
             "env": env,
@@ -141,6 +148,7 @@ def _initial(upstream: Upstream) -> dict:
     return {
         "name": upstream.name,
         "command": shlex.join(upstream.command),
+        "image": upstream.image,
         "url": upstream.url,
         "env": _shown(upstream.env, "="),
         "read": "\n".join(upstream.read),

@@ -30,8 +30,10 @@ and again before every container is created.
 The package: ``backend`` (``DockerSandbox``: containers, the warm pool,
 runs), ``config`` (``check_container_config``), ``channel`` (the runner
 protocol over the attach stream), ``exchange`` (one run's request and the
-frames it reads), ``pool`` (what the warm pool holds) and ``sessions``
-(``DockerSessionTransport`` and the session runner's command).
+frames it reads), ``pool`` (what the warm pool holds), ``sessions``
+(``DockerSessionTransport`` and the session runner's command), and
+``servers`` with ``attach``: an MCP server run from an image, as a container
+whose stdio a small program of its own (``attach.py``) carries.
 """
 
 from .backend import DockerSandbox

@@ -45,9 +45,8 @@ import resource
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
 
-from ..base import Limits, SandboxUnavailable
+from ..base import ConfinedServer, Limits, SandboxUnavailable, ServerSpec
 from . import probes
 from .confinement import (
     SANDBOX_WORKDIR,
@@ -69,41 +68,6 @@ from .programs import Program
 from .rlimits import MAX_OPEN_FILES, MB, _relative_nproc
 
 SCRATCH = SANDBOX_WORKDIR  # the scratch dir as the program sees it (own namespaces): a tmpfs
-SERVER_LIMITS = Limits(memory_mb=2048, max_processes=128, max_file_size_mb=256, disk_mb=256)
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    """A program to keep running confined: what it is, and what of the host it may touch."""
-
-    name: str  # the server's: names its uid when the caller is root
-    argv: tuple[str, ...]  # argv[0] absolute, or found on PATH
-    env: tuple[tuple[str, str], ...] = ()
-    read: tuple[str, ...] = ()  # host paths it may read (its installation), absolute
-    write: tuple[str, ...] = ()  # host paths it may write, absolute
-    hidden: tuple[str, ...] = ()  # host paths it must never see (the caller's data, keys)
-    network: tuple[str, ...] = ()  # host:port it may connect to, through its proxy
-    limits: Limits = SERVER_LIMITS
-
-
-@dataclass
-class ConfinedServer:
-    """What to spawn: ``argv`` with exactly ``env``; ``cleanup()`` once it has ended."""
-
-    argv: list[str]
-    env: dict[str, str]
-    method: str
-    details: dict = field(default_factory=dict)
-    _dir: str | None = None
-    _egress: Egress | None = None
-
-    def cleanup(self) -> None:
-        if self._egress is not None:
-            self._egress.close()
-            self._egress = None
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
 
 def overlaps(path: str, other: str) -> bool:
@@ -250,8 +214,8 @@ def server_command(spec: ServerSpec, method: str | None = None) -> ConfinedServe
         env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8"},
         method=method,
         details=details,
-        _dir=host_dir,
-        _egress=egress,
+        cleanups=[lambda: shutil.rmtree(host_dir, ignore_errors=True)]
+        + ([egress.close] if egress else []),
     )
 
 

@@ -1,0 +1,149 @@
+"""One MCP server as a container, seen as a program on stdio: ``python -I attach.py``.
+
+The caller (the gateway's stdio client) spawns this with ``AIRLOCK_SERVER`` in
+its environment: the container to create (``servers.py`` wrote and checked it)
+and ``DOCKER_HOST`` (the engine, or the Docker gate in the scale deployment).
+It creates the container, attaches to its stdin, stdout and stderr, starts it,
+copies its own stdin into it and the container's demultiplexed output to its
+own stdout and stderr, and exits with the container's status once the output
+ends.
+
+The container goes with it: its stdin ending (the caller closed the server), a
+SIGTERM, SIGINT or SIGHUP remove the container at once; if this process is
+killed outright, its attach connection drops, which closes the container's
+stdin (``StdinOnce``) and, behind the gate, removes it; the container is also
+labelled with this process as its owner, which the sandbox reaper reads.
+
+Only the docker SDK and the standard library: it runs with ``-I`` from no
+package, and carries no secret on its command line (the environment the server
+gets is in ``AIRLOCK_SERVER``, which only this process's user can read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+
+import docker
+import docker.errors
+
+MUX_HEADER = struct.Struct("!BxxxI")  # the attach stream's framing (no tty)
+CHUNK = 65536
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _demux(sock: socket.socket) -> None:
+    """The container's stdout and stderr frames onto ours, until its stream ends."""
+    buffer = bytearray()
+    while chunk := sock.recv(CHUNK):
+        buffer += chunk
+        while len(buffer) >= MUX_HEADER.size:
+            stream, size = MUX_HEADER.unpack_from(buffer)
+            if len(buffer) < MUX_HEADER.size + size:
+                break
+            payload = bytes(buffer[MUX_HEADER.size : MUX_HEADER.size + size])
+            del buffer[: MUX_HEADER.size + size]
+            with contextlib.suppress(OSError):  # a reader gone: keep draining the stream
+                _write_all(2 if stream == 2 else 1, payload)
+
+
+def _feed(sock: socket.socket, done) -> None:
+    """Our stdin into the container's, then ``done`` when it ends (the caller closed us)."""
+    try:
+        while data := os.read(0, CHUNK):
+            sock.sendall(data)
+    except OSError:
+        pass
+    done()
+
+
+def _owner() -> str:
+    """This process, as the sandbox reaper names an owner: host, pid and start time."""
+    with open("/proc/self/stat") as stat:
+        start = stat.read().rsplit(")", 1)[1].split()[19]
+    return f"{socket.gethostname()}:{os.getpid()}:{start}"
+
+
+def create(api: docker.APIClient, config: dict) -> str:
+    """The container ``config`` describes, created (not started); its id."""
+    created = api.create_container(
+        config["image"],
+        command=config["command"] or None,
+        user=config["user"],
+        working_dir="/work",
+        stdin_open=True,  # with attach: StdinOnce, its stdin closes when we go
+        tty=False,
+        hostname=config["hostname"],
+        environment=config["env"],
+        labels=config["labels"],
+        host_config=api.create_host_config(**config["host_config"]),
+    )
+    return created["Id"]
+
+
+def main() -> int:
+    config = json.loads(os.environ.pop("AIRLOCK_SERVER"))
+    config["labels"]["airlock.owner"] = _owner()
+    name = config["labels"].get("airlock.server", "server")
+    try:
+        api = docker.from_env(timeout=30).api
+        cid = create(api, config)
+    except docker.errors.ImageNotFound:
+        print(f"{name}: image {config['image']} is not on the engine", file=sys.stderr)
+        return 125
+    except docker.errors.APIError as exc:
+        print(f"{name}: the engine refused the container: {exc.explanation}", file=sys.stderr)
+        return 125
+    except docker.errors.DockerException as exc:
+        print(f"{name}: cannot reach the Docker engine ({exc})", file=sys.stderr)
+        return 125
+    removed = threading.Event()
+
+    def remove(*_args) -> None:
+        if not removed.is_set():
+            removed.set()
+            with contextlib.suppress(docker.errors.DockerException, OSError):
+                api.remove_container(cid, force=True)
+
+    def end(signum, _frame) -> None:
+        remove()
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, end)
+    try:
+        attached = api.attach_socket(
+            cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        sock = getattr(attached, "_sock", attached)
+        sock.settimeout(None)  # a server may be quiet for hours
+        api.start(cid)
+    except (docker.errors.DockerException, OSError) as exc:
+        remove()
+        explanation = getattr(exc, "explanation", None) or exc
+        print(f"{name}: the container did not start: {explanation}", file=sys.stderr)
+        return 125
+    threading.Thread(target=_feed, args=(sock, remove), daemon=True).start()
+    with contextlib.suppress(OSError):
+        _demux(sock)
+    status = 0
+    if not removed.is_set():
+        with contextlib.suppress(docker.errors.DockerException, OSError):
+            status = api.wait(cid, timeout=10).get("StatusCode", 0)
+    remove()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
