@@ -8,6 +8,7 @@ for each method this host has; scripts/test runs it again as an ordinary user.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -103,7 +104,7 @@ class Server:
         self.spec = ServerSpec(
             name="probes",
             argv=(SYSTEM_PYTHON, "-I", "-S", "-c", PROBES),
-            env=(("GIVEN", "yes"),),
+            env=(("GIVEN", "a-token-4f1d"),),
             read=(str(host / "given"),),
             write=(str(host / "writable"),),
             hidden=(str(host / "data"),),
@@ -172,6 +173,11 @@ def test_the_server_reaches_no_port_and_no_socket_of_the_host(server, host):
 
 def test_the_server_gets_its_own_environment_only(server):
     assert server.ask(do="env") == ["GIVEN", "HOME", "LANG", "PATH", "TMPDIR"]
+    # Its values (tokens) are on no command line, which every user of the host may read.
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                assert b"a-token-4f1d" not in cmdline.read(), pid
 
 
 def test_a_path_that_would_show_a_hidden_one_is_refused(host):

@@ -210,8 +210,10 @@ def server_command(spec: ServerSpec, method: str | None = None) -> ConfinedServe
     details = {"confinement": method, "uid": uid, "read": read, "write": list(spec.write)}
     details["network"] = [str(entry) for entry in entries]
     return ConfinedServer(
-        argv=[sys.executable, "-I", "-S", SUPERVISOR, json.dumps(config)],
-        env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8"},
+        # Its configuration holds the server's env (tokens): not on a command line, which
+        # every user of the host may read, but in the supervisor's environment.
+        argv=[sys.executable, "-I", "-S", SUPERVISOR],
+        env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "AIRLOCK_SUPERVISOR": json.dumps(config)},
         method=method,
         details=details,
         cleanups=[lambda: shutil.rmtree(host_dir, ignore_errors=True)]

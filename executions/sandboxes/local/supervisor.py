@@ -596,5 +596,5 @@ def end_everything(uid: int | None, main: int, state: dict) -> None:
 
 
 if __name__ == "__main__":
-    supervise(json.loads(sys.argv[1]))
+    supervise(json.loads(sys.argv[1] if sys.argv[1:] else os.environ.pop("AIRLOCK_SUPERVISOR")))
     os._exit(0)  # nothing to flush or finalise: exit at once
