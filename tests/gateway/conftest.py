@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.executions.attacks import attack, database_steps, port_steps, primary_ip, worker_steps
 from tests.mcp.conftest import Served, pytest_runtest_makereport  # noqa: F401
 from tests.serving import ROOT, USER_PYTHON, free_port, start_server
 
@@ -88,6 +89,26 @@ def stdio_upstream(calls: Path | None = None, **env: str) -> dict:
         config["write"] = [str(calls.parent)]
         config["env"]["UPSTREAM_CALLS"] = str(calls)
     return config
+
+
+def attack_code(data: Path, port: int, web_pid: int) -> str:
+    """The adversarial suites' attack code against a live deployment (its data dir, its port,
+    its web process), as an upstream's ``attack`` tool runs it: each step prints REACHED or
+    blocked (``attacks.assert_contained`` reads it)."""
+    steps = [
+        *database_steps(str(data / "airlock.sqlite3")),
+        ("read the secret key", f"read({str(data / 'secret_key')!r})"),
+        ("list the data dir", f"os.listdir({str(data)!r})"),
+        ("write the data dir", f"write({str(data / 'planted')!r})"),
+        ("read the host's passwords", "read('/etc/shadow')"),
+        *port_steps(
+            [("127.0.0.1", port), ("127.0.0.1", 6379), ("127.0.0.1", 5432), (primary_ip(), port)],
+            ["/var/run/docker.sock", "/var/run/postgresql/.s.PGSQL.5432"],
+        ),
+        *worker_steps(web_pid),
+        ("see Airlock's processes", "processes_with('manage.py')[0]"),  # IndexError: none
+    ]
+    return attack(steps)
 
 
 def open_folder(prefix: str) -> Path:

@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.dockergate.conftest import Gate, running_gate
+from tests.executions.attacks import assert_contained
+from tests.gateway.conftest import attack_code
 from tests.gateway.images import upstream_image
 from tests.mcp.conftest import Served, connect, text_of
 from tests.serving import start_server
@@ -167,6 +169,14 @@ def test_it_reaches_nothing_of_airlock_nor_the_network(boxed: Boxed):
     assert boxed.call("getenv", name="SECRET_KEY") == "<unset>"
     assert boxed.call("getenv", name="DOCKER_HOST") == "<unset>"
     assert boxed.call("probe", path="/var/run/docker.sock").startswith("refused")
+
+
+def test_the_attack_code_run_as_its_tool_is_contained_as_a_scripts_is(boxed: Boxed):
+    served = boxed.served
+    code = attack_code(served.data, urlsplit(served.server.base).port, served.server.process.pid)
+    said = boxed.call("attack", code=code)
+    assert_contained(said, (served.data / "secret_key").read_text().strip())
+    assert not (served.data / "planted").exists()
 
 
 def test_a_crashed_server_is_started_again_in_a_new_container(boxed: Boxed):

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.gateway.conftest import SECRET, Gateway
+from tests.executions.attacks import assert_contained
+from tests.gateway.conftest import SECRET, Gateway, attack_code
 from tests.mcp.conftest import Progress, connect, text_of
 from tests.serving import ROOT
 
@@ -302,6 +303,18 @@ def test_bad_calls_are_refused_before_anything_is_proposed(gateway):
     )
     assert ungranted.is_error is True and "capabilit" in text_of(ungranted)
     assert not [c for c in gateway.calls("up", "echo") if c["arguments"]["text"] == "x"]
+
+
+def test_the_attack_code_run_as_an_upstreams_tool_is_contained_as_a_scripts_is(gateway):
+    """The adversarial suites' steps, from inside the server's own process."""
+    gateway.policy(allow=[("tool", "up.attack")])
+    token = gateway.agent("attacker", "tool.call:up.attack")
+    served = gateway.served
+    code = attack_code(served.data, urlsplit(served.server.base).port, served.server.process.pid)
+    result = run(call(gateway, token, "up__attack", {"code": code}))
+    assert result.is_error is False, text_of(result)
+    assert_contained(text_of(result), (served.data / "secret_key").read_text().strip())
+    assert not (served.data / "planted").exists()
 
 
 def test_a_stdio_upstream_runs_sandboxed_away_from_airlocks_key_data_and_ports(gateway):

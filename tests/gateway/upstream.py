@@ -6,14 +6,17 @@
 named by ``UPSTREAM_CALLS`` (when it is set) (so a test can show a call never reached it),
 with a token of the process (so a test can see a restarted one); ``whoami``
 answers the ``Authorization`` header a call came with over HTTP; ``probe``
-tries to read, list or connect (the sandbox tests), ``fetch`` makes an HTTP
+tries to read, list or connect (the sandbox tests), ``attack`` runs the
+adversarial suites' attack code in its own process, ``fetch`` makes an HTTP
 request through the proxy its environment names (its network list), ``scratch``
 writes its working dir.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import io
 import json
 import os
 import socket
@@ -134,6 +137,15 @@ def fetch(host: str, port: int) -> str:
         return f"answered {connection.getresponse().status}"
     except OSError as exc:
         return f"refused: {exc.strerror or exc}"
+
+
+@server.tool(description="Run Python code in this process; what it printed (the attack code).")
+def attack(code: str) -> str:
+    _called("attack")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(code, {"__name__": "__attack__"})  # noqa: S102 - the point: a hostile server
+    return printed.getvalue()
 
 
 @server.tool(description="Write text to a file in the working dir and read it back.")
