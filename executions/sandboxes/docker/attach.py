@@ -95,18 +95,17 @@ def create(api: docker.APIClient, config: dict) -> str:
 def main() -> int:
     config = json.loads(os.environ.pop("AIRLOCK_SERVER"))
     config["labels"]["airlock.owner"] = _owner()
-    name = config["labels"].get("airlock.server", "server")
     try:
         api = docker.from_env(timeout=30).api
         cid = create(api, config)
     except docker.errors.ImageNotFound:
-        print(f"{name}: image {config['image']} is not on the engine", file=sys.stderr)
+        print(f"image {config['image']} is not on the engine", file=sys.stderr)
         return 125
     except docker.errors.APIError as exc:
-        print(f"{name}: the engine refused the container: {exc.explanation}", file=sys.stderr)
+        print(f"the engine refused the container: {exc.explanation}", file=sys.stderr)
         return 125
     except docker.errors.DockerException as exc:
-        print(f"{name}: cannot reach the Docker engine ({exc})", file=sys.stderr)
+        print(f"cannot reach the Docker engine ({exc})", file=sys.stderr)
         return 125
     removed = threading.Event()
 
@@ -132,7 +131,7 @@ def main() -> int:
     except (docker.errors.DockerException, OSError) as exc:
         remove()
         explanation = getattr(exc, "explanation", None) or exc
-        print(f"{name}: the container did not start: {explanation}", file=sys.stderr)
+        print(f"the container did not start: {explanation}", file=sys.stderr)
         return 125
     threading.Thread(target=_feed, args=(sock, remove), daemon=True).start()
     with contextlib.suppress(OSError):
