@@ -5,9 +5,11 @@ Starts ``manage.py serve`` on a fresh data dir (embedded SQLite). For each N,
 N agents' calls wait on N pending proposals (``GET …?wait=60``); meanwhile the
 script measures the web process's CPU use and the latency of ordinary API reads,
 then rejects every proposal and measures how long the waiters take to answer.
-N = 0 is the baseline measured in the same run.
+With ``--lists`` the N calls wait on the agent's list instead (``GET
+/api/v1/proposals?since_id=…&wait=60``: for a new proposal), and one new
+proposal ends every wait. N = 0 is the baseline measured in the same run.
 
-    .venv/bin/python scripts/benchmark_long_poll.py [--waiters 0,50,200] [--reads 40]
+    .venv/bin/python scripts/benchmark_long_poll.py [--waiters 0,50,200] [--reads 40] [--lists]
 """
 
 from __future__ import annotations
@@ -39,14 +41,26 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICKS
 
 
-def measure(server: Server, reviewer: str, pids: list[int], waiters: int, reads: int) -> dict:
+def measure(
+    server: Server, reviewer: str, pids: list[int], waiters: int, reads: int, lists: bool = False
+) -> dict:
     probe = server.propose_script(PENDING_CODE, reason="probe")
-    pending = [server.propose_script(PENDING_CODE, reason=f"w{i}") for i in range(waiters)]
+    pending = [
+        probe if lists else server.propose_script(PENDING_CODE, reason=f"w{i}")
+        for i in range(waiters)
+    ]
     answered: dict[int, float] = {}
     rejected: dict[int, float] = {}
     errors: list[str] = []
 
     def wait(proposal: dict) -> None:
+        if lists:
+            status, body = server.api("GET", f"/api/v1/proposals?since_id={probe['id']}&wait=60")
+            if status == 200 and body["items"]:
+                answered[len(answered)] = time.perf_counter()
+            else:
+                errors.append(f"{status} {body}")
+            return
         status, body = server.api("GET", f"/api/v1/proposals/{proposal['id']}?wait=60")
         if status == 200 and body["status"] == "rejected":
             answered[proposal["id"]] = time.perf_counter()
@@ -66,7 +80,10 @@ def measure(server: Server, reviewer: str, pids: list[int], waiters: int, reads:
         latencies.append(time.perf_counter() - started)
         time.sleep(0.1)
     cpu_share = (cpu_seconds(pids) - cpu_before) / (time.perf_counter() - wall_before)
-    for proposal in pending:
+    if lists:
+        server.propose_script(PENDING_CODE, reason="the one they wait for")
+        rejected = dict.fromkeys(range(waiters), time.perf_counter())
+    for proposal in [] if lists else pending:
         server.api("POST", f"/api/v1/proposals/{proposal['id']}/reject", {"comment": "x"}, reviewer)
         rejected[proposal["id"]] = time.perf_counter()
     for thread in threads:
@@ -95,6 +112,7 @@ def main() -> None:
     )
     parser.add_argument("--waiters", default="0,50,200")
     parser.add_argument("--reads", type=int, default=40)
+    parser.add_argument("--lists", action="store_true", help="the calls wait on a list")
     args = parser.parse_args()
     counts = [int(n) for n in args.waiters.split(",")]
     with tempfile.TemporaryDirectory(prefix="airlock-bench-") as data_dir:
@@ -104,14 +122,15 @@ def main() -> None:
             pids = server.web_processes()
             if not pids:
                 raise RuntimeError("no web process under serve")
-            rows = [measure(server, reviewer, pids, n, args.reads) for n in counts]
+            rows = [measure(server, reviewer, pids, n, args.reads, args.lists) for n in counts]
         finally:
             server.stop()
     base = rows[0]
-    print(f"reads={args.reads} (one every 100 ms while the waiters wait)")
+    waiting = "on the agent's list" if args.lists else "each on a pending proposal"
+    print(f"reads={args.reads} (one every 100 ms while the waiters wait {waiting})")
     print(
         "| waiting calls | web CPU while waiting | read p50 ms | read p95 ms "
-        "| p50 vs baseline | decision → waiter answered p50 / max ms | waiters without the decision |"
+        "| p50 vs baseline | change → waiter answered p50 / max ms | waiters without the change |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:

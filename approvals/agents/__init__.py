@@ -3,7 +3,8 @@
 Owns the proposal and sandbox endpoints (``api``), the proposals list
 (``listing``), the URLs of the app's
 API (``urls``, the policy's endpoints with them), long-polls that wait
-without a thread (``waiting``), bearer tokens (``authentication``) and the
+without a thread (``waiting``; what could give a waiting list a row:
+``changes``), bearer tokens (``authentication``) and the
 MCP server (``mcp/``). Endpoints parse input, check access and call one
 service of the core or of ``executions``.
 

@@ -14,6 +14,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, inline_seria
 from rest_framework import serializers
 
 from accounts.roles import is_agent
+from approvals.agents.changes import Interest
 from approvals.choices import RISK_BANDS, ProposalStatus
 from approvals.models import Decision, Proposal
 from approvals.policy.rules import current_policy
@@ -89,6 +90,16 @@ def proposals_page(user, params, fields: list[str], represent) -> dict:
     _attach_decisions(found)
     roster = Roster(current_policy().teams) if any(row.get("routing") for row in found) else None
     return {"items": [represent(row, roster) for row in found], "next_cursor": next_cursor}
+
+
+def list_interest(request) -> Interest:
+    """Which changes could give a waiting list call (``?wait=``) a row: an agent sees only
+    its own proposals; a ``status`` list (or ``review_requested``: pending) narrows it."""
+    agent = request.user.agent.pk if is_agent(request.user) else None
+    statuses = {value.strip() for value in request.GET.get("status", "").split(",")} - {""}
+    if not statuses and request.GET.get("review_requested") == "me":
+        statuses = {ProposalStatus.PENDING}
+    return Interest(agent, frozenset(statuses) or None)
 
 
 def _attach_decisions(rows: list[dict]) -> None:

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from approvals.agents import agents_api, api, batch_api
+from approvals.agents.listing import list_interest
 from approvals.agents.waiting import long_poll, wait_for_rows
 from approvals.policy import api as policy_api
 from infrastructure import converters  # noqa: F401 - registers <id:…>
@@ -16,7 +17,8 @@ urlpatterns = [
                 read_again=api.proposal_data,
                 methods=("POST",),
                 finish=api.inline_result,
-            )
+            ),
+            interest=list_interest,
         ),
         name="create",
     ),

@@ -19,6 +19,13 @@ answer itself: once a proposal has its execution nothing else in its answer
 changes, and an execution only moves forward. That call answers without
 asking the view again, which is how the waits of a proposal → result end.
 
+List calls (``GET /api/v1/proposals?wait=N``, ``wait_for_rows``) wait with
+the same watcher for a row: each says what could give it one (``Interest``)
+and where the audit trail ended before its read; a broadcast wakes only those
+its proposal concerns, and a tick reads the audit trail past what they have
+seen once for all of them (``changes_since``): a thousand idle lists cost one
+query a tick, not a thousand.
+
 The watcher outlives its last waiter by ``LINGER_SECONDS``: an agent that
 polls call after call finds it subscribed, with its thread and connection,
 instead of paying for a new subscription and connection each time.
@@ -41,6 +48,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.db import close_old_connections, connection, connections
 
+from approvals.agents.changes import Interest, changes_since, marker
 from approvals.choices import CHANGE, DECIDED, FINISHED, ProposalStatus
 from approvals.models import Proposal
 from executions.broadcast import PROPOSALS_GROUP
@@ -82,13 +90,15 @@ def settled(fingerprint: Fingerprint) -> bool:
 
 
 class ProposalWatcher:
-    """Wakes waiters of one event loop when their proposal's fingerprint changes."""
+    """Wakes waiters of one event loop when their proposal's fingerprint changes, and list
+    calls when a change could give them a row."""
 
     def __init__(self, interval: float = SAFETY_SECONDS):
         self.interval = interval
         self.linger = LINGER_SECONDS
         self._waiters: dict[int, dict[asyncio.Future, Fingerprint]] = defaultdict(dict)
-        self._lists: set[asyncio.Future] = set()  # list calls: woken by any change, or a tick
+        # List calls: (what they could get a row from, the audit trail's end they have seen).
+        self._lists: dict[asyncio.Future, list] = {}
         self._task: asyncio.Task | None = None
         self._kick = asyncio.Event()
 
@@ -96,20 +106,19 @@ class ProposalWatcher:
     def watching(self) -> int:
         return sum(len(w) for w in self._waiters.values()) + len(self._lists)
 
-    async def any_change(self, timeout: float) -> bool:
-        """True at the next broadcast change of any proposal or execution, or at the next
-        safety tick (broadcasts are at-most-once: the caller reads to know); False after
-        ``timeout`` seconds."""
+    async def rows_may_appear(self, timeout: float, interest: Interest, seen: int) -> int | None:
+        """The audit trail's end once a change that ``interest`` wants is told (a message) or
+        read (past ``seen``, at a tick); None after ``timeout`` seconds. The caller reads
+        again to know, and waits on from there."""
         future = asyncio.get_running_loop().create_future()
-        self._lists.add(future)
+        self._lists[future] = [interest, seen]
         self._start()
         try:
-            await asyncio.wait_for(future, timeout)
-            return True
+            return await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            return False
+            return None
         finally:
-            self._lists.discard(future)
+            self._lists.pop(future, None)
             if not self._waiters and not self._lists:
                 self._kick.set()
 
@@ -175,7 +184,8 @@ class ProposalWatcher:
                             current = {}
                         self._wake(current)
                 message = await changes.next(self._kick, timeout)
-                self._wake_lists()
+                if self._lists:
+                    await self._wake_lists(message, loop, executor)
         finally:
             # Before any await: a waiter that registers from now on starts a new watcher.
             if self._task is asyncio.current_task():
@@ -185,10 +195,33 @@ class ProposalWatcher:
             await loop.run_in_executor(executor, connections.close_all)
             executor.shutdown(wait=False)
 
-    def _wake_lists(self) -> None:
-        for future in self._lists:
-            if not future.done():
-                future.set_result(True)
+    async def _wake_lists(self, message: dict | None, loop, executor) -> None:
+        """Wake the list calls a change could give a row: told by ``message``, or read from
+        the audit trail at a tick (one query for all of them, two when something changed)."""
+        if isinstance(message, dict):
+            if message.get("type") != "proposal.changed":
+                return  # a run moving on, a notice, an agent paused: no proposal to any list
+            told = None
+            if {"agent_id", "status"} <= message.keys():
+                told = (message["agent_id"], message["status"])
+            for future, (interest, seen) in self._lists.items():
+                if not future.done() and (told is None or interest.wants(*told)):
+                    future.set_result(seen)  # the tick reads past it again: at most twice
+            return
+        low = min(seen for _, seen in self._lists.values())
+        try:
+            end, found = await loop.run_in_executor(executor, changes_since, low)
+        except Exception:
+            log.exception("reading changes for waiting lists failed; retrying")
+            return
+        for future, entry in self._lists.items():
+            interest, seen = entry
+            if future.done():
+                continue
+            if any(seq > seen and interest.wants(agent, status) for seq, agent, status in found):
+                future.set_result(end)
+            else:
+                entry[1] = max(seen, end)
 
     def _wake_named(self, message: dict | None) -> bool:
         """Wake the calls that ``message`` says saw an old state; False: read to know."""
@@ -451,17 +484,24 @@ def _release() -> None:
         connection.close()
 
 
-def wait_for_rows(view):
+def wait_for_rows(view, interest=None):
     """Wrap a list view: with ``?wait=N`` an empty page waits for a row that matches.
 
     Like ``long_poll``, without a thread or a connection under Airlock's ASGI
-    handler: every broadcast change of a proposal or an execution (and the
-    watcher's safety tick) asks the view again, which answers once its page
-    has a row, or with the empty page when the time is up. The view validates
-    ``wait`` (``infrastructure.rest.listing.Filters``).
+    handler. The call reads where the audit trail ends before its first read
+    (``marker``); ``interest(request)`` says which changes could give it a row
+    (an agent's own proposals, the statuses it asks for). It is asked again only
+    for such a change: told by a broadcast, or read from the audit trail past
+    what it has seen by the watcher's tick, one read for every waiting list of
+    the process. It answers once its page has a row, or with the empty page when
+    the time is up. The view validates ``wait``
+    (``infrastructure.rest.listing.Filters``).
     """
 
     def waiting_view(request, *args, **kwargs):
+        waits = request.method == "GET" and request.GET.get("wait") not in (None, "", "0")
+        if waits and getattr(request, "_list_seen", None) is None:
+            request._list_seen = marker()  # before the read: a change after it is past this
         response = view(request, *args, **kwargs)
         if request.method != "GET" or response.status_code != 200 or response.data["items"]:
             return response
@@ -474,9 +514,15 @@ def wait_for_rows(view):
         left = deadline - time.monotonic()
         if left <= 0:
             return response
+        wanted = interest(request) if interest is not None else Interest(None, None)
+        seen = request._list_seen
 
         async def long_poll() -> bool:
-            return await watcher().any_change(left)
+            end = await watcher().rows_may_appear(left, wanted, seen)
+            if end is None:
+                return False
+            request._list_seen = end
+            return True
 
         return _held(request, response, long_poll, lambda: waiting_view(request, *args, **kwargs))
 

@@ -270,6 +270,7 @@ def announce(proposal: Proposal) -> None:
     message = {
         "type": "proposal.changed",
         "proposal_id": proposal.pk,
+        "agent_id": proposal.agent_id,  # which waiting lists it could give a row
         "status": proposal.status,
         "approvals": proposal.approvals_count,
         "execution_id": proposal.execution_id,
