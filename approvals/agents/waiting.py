@@ -216,8 +216,8 @@ class ProposalWatcher:
             return
         for future, entry in self._lists.items():
             interest, seen = entry
-            if future.done():
-                continue
+            if future.done() or seen < low:
+                continue  # came while this was read, from before it: the next tick reads for it
             if any(seq > seen and interest.wants(agent, status) for seq, agent, status in found):
                 future.set_result(end)
             else:
