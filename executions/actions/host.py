@@ -18,6 +18,7 @@ import pwd
 import re
 import selectors
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -188,9 +189,15 @@ def run_argv(argv: list[str], ctx: ActionContext) -> RunOutcome:
     started = time.monotonic()
     if ctx.cancel.is_set():
         return RunOutcome(exit_code=None, duration_ms=0, backend=BACKEND, cancelled=True)
+    prefix = default_signals_prefix()
+    if prefix and "/" not in argv[0] and shutil.which(argv[0], path=SAFE_PATH) is None:
+        # Through the prefix a missing program would be env's exit 127: say it as plainly.
+        return failed(BACKEND, f"command not found: {argv[0]}", ctx.sink, started)
+    if prefix and "/" in argv[0] and not os.access(argv[0], os.X_OK):
+        return failed(BACKEND, f"command not found: {argv[0]}", ctx.sink, started)
     try:
         proc = subprocess.Popen(
-            default_signals_prefix() + argv,  # not the signals the worker ignores
+            prefix + argv,  # not the signals the worker ignores
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

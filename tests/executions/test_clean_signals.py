@@ -96,3 +96,19 @@ def test_a_host_command_starts_with_the_signals_the_worker_ignored_at_their_defa
             signal.signal(signum, handler)
     assert outcome.success, sink.stderr
     assert sink.stdout == "False False\n"  # neither ignored any more
+
+
+@pytest.mark.parametrize("program", ["airlock-no-such-program", "/nowhere/airlock-no-such"])
+def test_a_missing_program_is_named_as_missing_from_a_worker_that_ignores_signals(program):
+    """Through the prefix that resets the signals, a missing program would be env's exit 127:
+    it is said as plainly as from any worker."""
+    ignored = (signal.SIGINT, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in ignored}
+    try:
+        sink = MemorySink()
+        outcome = run_argv([program, "--flag"], ActionContext(sink=sink, limits=Limits()))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert outcome.exit_code == 1
+    assert outcome.error == f"command not found: {program}"
