@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,32 @@ DATABASE_FIXTURES = frozenset(
     {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
      "live_server"}
 )  # fmt: skip
+
+
+def _signals_as_from_a_terminal() -> list[str]:
+    """SIGINT and SIGHUP at what a terminal gives, where they are ignored; the ones reset.
+    Every process a test starts inherits an ignored signal (``cmd &`` from a script, nohup,
+    or a test or library that left one so); tests/executions/test_clean_signals.py ignores
+    them itself, where that is the point."""
+    reset = []
+    for signum, default in ((signal.SIGINT, signal.default_int_handler),
+                            (signal.SIGHUP, signal.SIG_DFL)):  # fmt: skip
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, default)
+            reset.append(signal.Signals(signum).name)
+    return reset
+
+
+def pytest_configure(config):
+    _signals_as_from_a_terminal()
+
+
+@pytest.fixture(autouse=True)
+def _signals_kept(request):
+    """A test that leaves SIGINT or SIGHUP ignored does not change the tests after it."""
+    yield
+    if left := _signals_as_from_a_terminal():
+        warnings.warn(f"{request.node.nodeid} left {', '.join(left)} ignored", stacklevel=1)
 
 
 def pytest_collection_modifyitems(config, items):
