@@ -275,7 +275,7 @@ def test_the_console_checks_an_upstream_by_listing_its_tools(admin_user):
     Upstream.objects.create(name="gone", transport="stdio", command=["/nonexistent/server"])
     client = logged_in(admin_user)
     checked = client.post(reverse("console:upstream-action", args=["up", "check"]), follow=True)
-    assert "Upstream up answered with 11 tool(s): up__echo, up__add" in checked.content.decode()
+    assert "Upstream up answered with 12 tool(s): up__echo, up__add" in checked.content.decode()
     failed = client.post(reverse("console:upstream-action", args=["gone", "check"]), follow=True)
     assert "upstream gone is unreachable: its command was not found" in failed.content.decode()
     unknown = client.post(reverse("console:upstream-action", args=["up", "explode"]))
