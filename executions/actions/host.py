@@ -193,7 +193,7 @@ def run_argv(argv: list[str], ctx: ActionContext) -> RunOutcome:
     if prefix and "/" not in argv[0] and shutil.which(argv[0], path=SAFE_PATH) is None:
         # Through the prefix a missing program would be env's exit 127: say it as plainly.
         return failed(BACKEND, f"command not found: {argv[0]}", ctx.sink, started)
-    if prefix and "/" in argv[0] and not os.access(argv[0], os.X_OK):
+    if prefix and "/" in argv[0] and not os.path.exists(argv[0]):
         return failed(BACKEND, f"command not found: {argv[0]}", ctx.sink, started)
     try:
         proc = subprocess.Popen(
