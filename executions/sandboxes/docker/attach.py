@@ -81,7 +81,7 @@ def create(api: docker.APIClient, config: dict) -> str:
         config["image"],
         command=config["command"] or None,
         user=config["user"],
-        working_dir="/work",
+        working_dir=config["working_dir"],
         stdin_open=True,  # with attach: StdinOnce, its stdin closes when we go
         tty=False,
         hostname=config["hostname"],

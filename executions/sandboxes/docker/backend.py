@@ -26,7 +26,13 @@ from ..base import (
 )
 from ..sessions import FramedSession, Session
 from .channel import RunnerChannel, RunnerGone
-from .config import RUNNER_PROCESSES, SANDBOX_USER, check_container_config
+from .config import (
+    GVISOR_HOST_PIDS,
+    RUNNER_PROCESSES,
+    SANDBOX_USER,
+    WORK_DIR,
+    check_container_config,
+)
 from .exchange import Exchange, pump, reusable
 from .pool import Shape, Warm
 from .sessions import DockerSessionTransport, session_command
@@ -35,12 +41,7 @@ log = logging.getLogger(__name__)
 
 BUILD_HINT = "build it with docker/sandbox/build"
 RUNNER_COMMAND = ["python3", "-I", "-S", "/opt/airlock/runner.py"]
-WORK_DIR = "/work"
 RUNNER_MEMORY_MB = 32  # the runner itself, on top of what the run may use
-# gVisor's sentry runs as Go threads in the container's host cgroup: a tight pids
-# limit there crashes the sentry, so under gVisor the run's process count is
-# capped inside the sandbox (RLIMIT_NPROC, which gVisor counts per sandbox).
-GVISOR_HOST_PIDS = 2048
 START_TIMEOUT = 30.0  # a cold gVisor start on a busy host can take seconds
 
 

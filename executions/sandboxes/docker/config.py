@@ -8,6 +8,11 @@ from typing import Any
 from ..base import SandboxError
 
 SANDBOX_USER = "10001:10001"
+WORK_DIR = "/work"  # a container's scratch dir (a tmpfs), its working dir
+# gVisor's sentry runs as Go threads in the container's host cgroup: a tight pids
+# limit there crashes the sentry, so under gVisor a container's process count is
+# capped inside the sandbox (RLIMIT_NPROC, which gVisor counts per sandbox).
+GVISOR_HOST_PIDS = 2048
 RUNNER_PROCESSES = 4  # the runner's own processes, on top of what the code may start
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 

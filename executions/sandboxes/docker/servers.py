@@ -25,14 +25,12 @@ import os
 import sys
 
 from ..base import ConfinedServer, SandboxUnavailable, ServerSpec
-from .config import SANDBOX_USER, check_container_config
+from .config import GVISOR_HOST_PIDS, SANDBOX_USER, WORK_DIR, check_container_config
 
 ATTACH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attach.py")
-SCRATCH = "/work"
 SERVER_LABEL = "airlock.server"
 # Docker's own client settings, which the attach program needs to reach the engine.
 DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG")
-GVISOR_HOST_PIDS = 2048  # gVisor's sentry threads count in the host's pids cgroup
 
 
 def host_config(spec: ServerSpec, runtime: str | None) -> dict:
@@ -43,7 +41,7 @@ def host_config(spec: ServerSpec, runtime: str | None) -> dict:
     config = {
         "network_mode": "none",
         "read_only": True,
-        "tmpfs": {"/tmp": f"{tmpfs},mode=1777", SCRATCH: f"{tmpfs},mode=0700,uid={uid},gid={uid}"},
+        "tmpfs": {"/tmp": f"{tmpfs},mode=1777", WORK_DIR: f"{tmpfs},mode=0700,uid={uid},gid={uid}"},
         "mem_limit": f"{limits.memory_mb}m",
         "memswap_limit": f"{limits.memory_mb}m",
         "nano_cpus": int(1e9),
@@ -84,12 +82,13 @@ def server_command(spec: ServerSpec, runtime: str | None) -> ConfinedServer:
         "airlock.backend": "gvisor" if runtime == "runsc" else "docker",
         SERVER_LABEL: spec.name,
     }
-    env = {"HOME": SCRATCH, "TMPDIR": "/tmp", **dict(spec.env)}
+    env = {"HOME": WORK_DIR, "TMPDIR": "/tmp", **dict(spec.env)}
     container = {
         "image": spec.image,
         "command": list(spec.argv),
         "user": user,
         "hostname": "server",
+        "working_dir": WORK_DIR,
         "env": env,
         "labels": labels,
         "host_config": config,
