@@ -185,7 +185,7 @@ class Heard:
     def said(self, timeout: float = 1.0) -> str:
         """Its last line, once the process has ended (its stderr closed), within ``timeout``."""
         self.reader.join(timeout)
-        return self.last if len(self.last) < 300 else self.last[:299] + "…"
+        return _clipped(self.last)
 
 
 def _describe(error: BaseException) -> str:
@@ -198,6 +198,11 @@ def _describe(error: BaseException) -> str:
     if isinstance(error, httpx2.ConnectError):
         return f"it refused the connection ({error})"
     text = str(error) or type(error).__name__
+    return _clipped(text)
+
+
+def _clipped(text: str) -> str:
+    """At most 300 characters of ``text``, for an error message."""
     return text if len(text) < 300 else text[:299] + "…"
 
 
