@@ -650,6 +650,12 @@ LONG_POLL_MAX_SECONDS = env_int("LONG_POLL_MAX_SECONDS", 60, minimum=1)
 #: `MCP_WAIT_SECONDS` | `50` | how long an MCP tool call waits for its decision and run when the
 #:   agent passes no `wait_seconds` (it may pass up to 3600)
 MCP_WAIT_SECONDS = env_int("MCP_WAIT_SECONDS", 50, minimum=0, maximum=3600)
+#: `MCP_EGRESS_VOLUME` | (empty) | a Docker volume for the proxy folders of MCP servers run from
+#:   images with a network list, where the engine cannot bind this host's paths (the scale
+#:   deployment); empty: a temporary folder, bind-mounted
+MCP_EGRESS_VOLUME = env("MCP_EGRESS_VOLUME", "")
+#: `MCP_EGRESS_DIR` | (empty) | where `MCP_EGRESS_VOLUME` is mounted in the web process's container
+MCP_EGRESS_DIR = env("MCP_EGRESS_DIR", "")
 #: `DOCKER_ACTION_CONTAINERS` | `*` | the containers Docker actions may act on: `*` (any), or
 #:   comma-separated rules `label:KEY`, `label:KEY=VALUE`, `name:GLOB` (the compose deployment:
 #:   `label:airlock.actions`); Airlock's own sandbox containers never

@@ -5,7 +5,9 @@ socket, ``/var/run/docker.sock``, or ``host:port``), ``SANDBOX_IMAGE``
 (``airlock-sandbox:latest``), ``DOCKER_GATE_RUNTIMES`` (runtimes a sandbox may ask
 for besides the engine's default: ``runsc``) and ``DOCKER_ACTION_CONTAINERS``
 (``targets``; none when empty); ``DOCKER_GATE_SERVER_IMAGES`` (images the MCP
-gateway's upstream servers may run from, comma-separated; none when empty).
+gateway's upstream servers may run from, comma-separated; none when empty) and
+``DOCKER_GATE_EGRESS_VOLUME`` (the volume a server's relay may mount: the
+gateway's proxy folders; no relay when empty).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def main() -> int:
             for image in os.environ.get("DOCKER_GATE_SERVER_IMAGES", "").split(",")
             if image.strip()
         ),
+        egress_volume=os.environ.get("DOCKER_GATE_EGRESS_VOLUME", "").strip(),
     )
     gate = Gate(Engine(engine), policy, targets)
 

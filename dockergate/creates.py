@@ -15,7 +15,15 @@ An MCP server's container (labelled ``airlock.server``, from the gateway) is
 checked the same way but for three things: its image is one of the operator's
 list (``Policy.server_images``, none by default) instead of the sandbox image,
 its command is the server's (or the image's own), and it may carry an
-environment (the server's settings); its network must be ``none``.
+environment (the server's settings); its network must be ``none``, or the
+network of its relay (``container:<relay>``, which the gate checks is a relay
+made by the same client: ``rules.join``).
+
+A relay (labelled ``airlock.relay``) holds the network of a server with a
+network list and hands its listening socket to the gateway's proxy: it is a
+sandbox container (the sandbox image, a runner command, no network) with one
+mount, the volume ``Policy.egress_volume`` (``DOCKER_GATE_EGRESS_VOLUME``),
+read-only at ``/egress``; without that setting a relay is refused.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ class Refused(Exception):
 
 
 SERVER_LABEL = "airlock.server"
+RELAY_LABEL = "airlock.relay"
+RELAY_TARGET = "/egress"
+JOINED = re.compile(r"\Acontainer:([A-Za-z0-9][A-Za-z0-9_.-]{0,127})\Z")
 ENV_ENTRY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*=[^\0]*\Z")
 
 
@@ -49,6 +60,7 @@ class Policy:
     runtimes: frozenset[str]  # besides the engine's default
     max_cpus: float = 64.0
     server_images: frozenset[str] = frozenset()  # what an MCP server's container may run
+    egress_volume: str = ""  # the volume a relay may mount (the gateway's proxy folders)
 
 
 def _empty(value: object) -> bool:
@@ -69,7 +81,36 @@ def _int(section: str, key: str, value: object, low: int, high: int) -> int:
 
 def _is_server(body: dict) -> bool:
     labels = body.get("Labels")
-    return isinstance(labels, dict) and SERVER_LABEL in labels
+    return isinstance(labels, dict) and SERVER_LABEL in labels and RELAY_LABEL not in labels
+
+
+def _is_relay(body: dict) -> bool:
+    labels = body.get("Labels")
+    return isinstance(labels, dict) and RELAY_LABEL in labels
+
+
+def joined(body: dict) -> str:
+    """The container whose network a server's create joins (``container:NAME``), or ""."""
+    match = JOINED.match(str((body.get("HostConfig") or {}).get("NetworkMode") or ""))
+    return match.group(1) if match and _is_server(body) else ""
+
+
+def _check_relay(host: dict, policy: Policy) -> None:
+    if not policy.egress_volume:
+        raise Refused(
+            "a relay (an MCP server's network) needs the proxies' volume, which "
+            "DOCKER_GATE_EGRESS_VOLUME names: it is not set"
+        )
+    wanted = {
+        "Type": "volume", "Source": policy.egress_volume, "Target": RELAY_TARGET, "ReadOnly": True,
+    }  # fmt: skip
+    mounts = host.get("Mounts")
+    if not isinstance(mounts, list) or len(mounts) != 1 or not isinstance(mounts[0], dict):
+        raise Refused(f"HostConfig.Mounts of a relay must be the one volume {wanted}")
+    if {key: value for key, value in mounts[0].items() if not _empty(value)} != wanted:
+        raise Refused(f"HostConfig.Mounts of a relay must be the one volume {wanted}")
+    if host.get("NetworkMode") != "none":
+        raise Refused("HostConfig.NetworkMode must be none for a relay")
 
 
 def _check_server(body: dict, policy: Policy) -> None:
@@ -86,8 +127,10 @@ def _check_server(body: dict, policy: Policy) -> None:
         isinstance(entry, str) and ENV_ENTRY.match(entry) for entry in env
     ):
         raise Refused("Env must be a list of NAME=value")
-    if (body.get("HostConfig") or {}).get("NetworkMode") != "none":
-        raise Refused("HostConfig.NetworkMode must be none for an MCP server")
+    if (body.get("HostConfig") or {}).get("NetworkMode") != "none" and not joined(body):
+        raise Refused(
+            "HostConfig.NetworkMode must be none or container:<its relay> for an MCP server"
+        )
 
 
 def _check_top(body: dict, policy: Policy) -> None:
@@ -132,7 +175,7 @@ def _check_tmpfs(tmpfs: object) -> None:
             raise Refused(f"HostConfig.Tmpfs {target}: options must be nosuid,nodev,size=… ({bad})")
 
 
-def _check_host(host: object, policy: Policy) -> None:
+def _check_host(host: object, policy: Policy, kind: str = "") -> None:
     section = "HostConfig."
     if not isinstance(host, dict):
         raise Refused("HostConfig is required")
@@ -144,7 +187,9 @@ def _check_host(host: object, policy: Policy) -> None:
     _int(section, "ShmSize", host.get("ShmSize") or 0, 0, MAX_MEMORY)
     if host.get("ReadonlyRootfs") is not True:
         raise Refused("HostConfig.ReadonlyRootfs must be true")
-    if host.get("NetworkMode") not in ("none", "bridge"):
+    if kind == "server" and JOINED.match(str(host.get("NetworkMode"))):
+        pass  # its relay's: rules.join checks which container that is
+    elif host.get("NetworkMode") not in ("none", "bridge"):
         raise Refused(
             f"HostConfig.NetworkMode must be none or bridge, not {host.get('NetworkMode')!r}"
         )
@@ -169,6 +214,9 @@ def _check_host(host: object, policy: Policy) -> None:
         "NetworkMode", "CapDrop", "SecurityOpt", "IpcMode", "Runtime", "Tmpfs", "Ulimits",
         "AutoRemove",
     }  # fmt: skip
+    if kind == "relay":
+        _check_relay(host, policy)
+        checked.add("Mounts")
     _check_rest(section, host, checked)
 
 
@@ -177,7 +225,8 @@ def check_create(body: object, policy: Policy) -> dict:
     if not isinstance(body, dict):
         raise Refused("the body must be a JSON object")
     _check_top(body, policy)
-    _check_host(body.get("HostConfig"), policy)
+    kind = "relay" if _is_relay(body) else "server" if _is_server(body) else ""
+    _check_host(body.get("HostConfig"), policy, kind)
     checked = {
         "Image", "Cmd", "User", "Tty", "Labels", "Hostname", "WorkingDir", "HostConfig",
         "OpenStdin", "StdinOnce", "AttachStdin", "AttachStdout", "AttachStderr",

@@ -17,7 +17,9 @@ by ``creates``) is a sandbox here too.
 
 A create is labelled with the address it came from (``airlock.gate.peer``), and
 only that address may attach to, start, wait for, kill or remove the sandbox: a
-worker cannot reach into another worker's runs.
+worker cannot reach into another worker's runs. An MCP server's create that
+joins a network (``container:NAME``) may join only a running relay of the same
+client's (``join``).
 
 Anything else — ``exec``, ``/info``, images other than the sandbox's, volumes,
 swarm, plugins, a build, a body on any call but create — is refused with 403
@@ -32,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode
 
-from .creates import Policy, Refused, check_create
+from .creates import RELAY_LABEL, Policy, Refused, check_create, joined
 from .targets import SANDBOX_LABEL, Targets
 
 VERSION_PREFIX = re.compile(r"\A/v[0-9]+\.[0-9]+(?=/)")
@@ -87,6 +89,7 @@ class Plan:
     container: str = ""  # an operation on this container: judge it first
     operation: str = ""
     tunnel: bool = False  # attach: the connection becomes the container's stream
+    joins: str = ""  # a create in this container's network: ``join`` it first
 
     @property
     def target(self) -> str:
@@ -168,7 +171,7 @@ def _route(request: Request, policy: Policy, path: str, query: list[tuple[str, s
         except Refused as exc:
             raise Denied(f"not a sandbox container: {exc}") from exc
         checked["Labels"][PEER_LABEL] = request.peer  # whatever the worker said
-        return Plan(method, path, body=json.dumps(checked).encode())
+        return Plan(method, path, body=json.dumps(checked).encode(), joins=joined(checked))
     match = CONTAINER_PATH.match(path)
     if match:
         operation = match.group(2) or ""
@@ -210,4 +213,25 @@ def judge(planned: Plan, container: dict | None, targets: Targets, peer: str = "
     suffix = f"/{planned.operation}" if planned.operation else ""
     planned.path = f"/containers/{cid}{suffix}"
     planned.container = cid
+    return planned
+
+
+def join(planned: Plan, container: dict | None, peer: str) -> Plan:
+    """``planned`` (a server's create in the network of ``planned.joins``) with that
+    network named by id, if the container is a running relay that ``peer`` made."""
+    name = planned.joins
+    if container is None:
+        raise Denied(f"the relay {name} whose network the server joins does not exist")
+    labels = (container.get("Config") or {}).get("Labels") or {}
+    if labels.get(RELAY_LABEL) != "1" or labels.get(SANDBOX_LABEL) != "1":
+        raise Denied(f"container {name} is not a relay: a server may join only its relay's network")
+    if labels.get(PEER_LABEL) != peer:
+        raise Denied(f"the relay {name} was made by another client")
+    if (container.get("HostConfig") or {}).get("NetworkMode") != "none":
+        raise Denied(f"the relay {name} has a network of the engine's: it may not be joined")
+    if not (container.get("State") or {}).get("Running"):
+        raise Denied(f"the relay {name} is not running")
+    body = json.loads(planned.body)
+    body["HostConfig"]["NetworkMode"] = f"container:{container['Id']}"
+    planned.body = json.dumps(body).encode()
     return planned

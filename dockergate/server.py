@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from .creates import Policy
-from .rules import MAX_BODY, VERSION_PREFIX, Denied, Plan, Request, judge, plan
+from .rules import MAX_BODY, VERSION_PREFIX, Denied, Plan, Request, join, judge, plan
 from .targets import Targets
 
 log = logging.getLogger("dockergate")
@@ -139,6 +139,8 @@ class Gate:
         try:
             address = peer[0] if isinstance(peer, tuple) else str(peer or "")
             planned = plan(Request(method, target, body, address), self.policy)
+            if planned.joins:
+                planned = join(planned, await self._inspect(planned.joins), address)
             if planned.container:
                 container = await self._inspect(planned.container)
                 planned = judge(planned, container, self.targets, address)

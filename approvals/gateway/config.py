@@ -14,7 +14,7 @@ anything is written::
         network: [api.github.com:443] # the hosts it may reach (through its proxy); none if absent
       fetch:
         image: mcp/fetch:latest       # a container of this image (its command, or `command`),
-                                      # with no network and nothing of the host
+        network: [example.com:443]    # nothing of the host, and only what `network` lists
       crm:
         url: https://crm.example.com/mcp
         headers: {Authorization: "Bearer ${CRM_TOKEN}"}
@@ -132,11 +132,11 @@ def clean(name: object, data: object) -> dict:
         if data.get("headers"):
             problems.append("headers: only for an upstream reached at a url")
         if has_image:
-            for field in ("read", "write", "network"):
+            for field in ("read", "write"):
                 if data.get(field):
                     problems.append(
                         f"{field}: an upstream run from an image sees only its container, "
-                        "with no network (put what it needs in the image)"
+                        "not this host's paths (put what it needs in the image)"
                     )
     if has_url:
         row["transport"] = Upstream.Transport.HTTP

@@ -10,8 +10,9 @@ a sandbox (``executions.sandboxes.confined_server``): nothing of Airlock's
 environment, data dir, database or keys, only the host's system dirs, its
 installation and the paths its configuration lists, and of the network only
 the hosts its ``network`` lists (none by default), through a proxy; one with an
-``image`` runs as a container of it, with no network (under gVisor where that is
-the sandbox backend, through the Docker gate in the scale deployment); its stderr
+``image`` runs as a container of it, whose only way out is the same proxy
+(under gVisor where that is the sandbox backend, with no network at all; through
+the Docker gate in the scale deployment); its stderr
 goes to this module's log, a line at a time, named. A changed configuration
 (its fingerprint) closes the old connection and opens a new one; while a
 process holds connections it reads the upstreams again every few seconds

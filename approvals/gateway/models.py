@@ -14,7 +14,7 @@ class Upstream(models.Model):
     runs sandboxed (``connections``): of the host it sees the system
     directories, its installation, and ``read`` / ``write``; of the network,
     only the ``host:port`` pairs ``network`` lists, through a proxy of its own.
-    One with an ``image`` runs as a container of it instead, with no network.
+    One with an ``image`` runs as a container of it instead, with that proxy.
     """
 
     class Transport(models.TextChoices):

@@ -7,8 +7,9 @@ picks the strongest backend whose probe succeeds on this host.
 MCP gateway's stdio upstreams). A host command is confined by the local
 backend's namespaces or Landlock (``local.servers``) whatever backend runs
 scripts; an image runs as a container (``docker.servers``), under gVisor when
-that is the backend in force. ``network_entry`` reads one of a server's
-``host:port`` network entries (``EgressError`` when it is not).
+that is the backend in force. Either reaches the network only through the
+proxy of ``egress``, to what its list names. ``network_entry`` reads one of a
+server's ``host:port`` network entries (``EgressError`` when it is not).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from .base import (
     ServerSpec,
     UnsupportedLanguage,
 )
-from .local.egress import EgressError
-from .local.egress import parse as network_entry
+from .egress import EgressError
+from .egress import parse as network_entry
 from .local.servers import overlaps
 from .local.servers import server_command as local_server
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from executions.sandboxes import SandboxUnavailable, ServerSpec, confined_server
+from executions.sandboxes.egress import Egress, parse
 from executions.sandboxes.local import method_problems
-from executions.sandboxes.local.egress import Egress, parse
 from tests.support import require
 
 # The system's: a server started by root runs as a uid of its own, which may not reach a
@@ -285,7 +285,9 @@ def test_a_network_entry_that_is_not_host_port_is_refused_by_name(entry, why):
 
 def test_the_proxy_answers_a_request_it_cannot_read_with_a_400_and_stays_up():
     """Egress on its own: the listening socket handed over as a supervisor would."""
-    proxy = Egress("direct", (parse("127.0.0.1:9"),))
+    proxy = Egress(
+        "direct", (parse("127.0.0.1:9"),), prefix=f"airlock-sandbox-{os.getpid()}-egress-"
+    )
     listener = socket.create_server(("127.0.0.1", 0))
     try:
         with socket.socket(socket.AF_UNIX) as handover:

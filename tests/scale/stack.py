@@ -337,6 +337,7 @@ def stack_env(project: str, port: int, **extra: str) -> dict[str, str]:
         # the second factor a risky decision needs is the console's (tests/accounts).
         "STEP_UP_MIN_RISK": "11",
         "DOCKER_ACTION_CONTAINERS": f"label:airlock.actions={project}",
+        "MCP_EGRESS_VOLUME": f"{project}-egress",
         **TIMINGS,
         **extra,
     }

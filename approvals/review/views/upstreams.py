@@ -42,7 +42,7 @@ class UpstreamForm(forms.Form):
         required=False,
         max_length=300,
         help_text="Or run it as a container of this image (the command, if given, replaces "
-        "the image's): nothing of this host and no network.",
+        "the image's): nothing of this host, and the network below only.",
     )
     read = forms.CharField(
         required=False,
@@ -61,7 +61,8 @@ class UpstreamForm(forms.Form):
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         label="May connect to",
-        help_text="For a command: host:port it may reach, one per line (api.github.com:443; "
+        help_text="For a command or an image: host:port it may reach, one per line "
+        "(api.github.com:443; "
         "*.example.com:443 for any name under it), through a proxy of its own. None: no network.",
     )
     url = forms.CharField(

@@ -32,8 +32,9 @@ runs), ``config`` (``check_container_config``), ``channel`` (the runner
 protocol over the attach stream), ``exchange`` (one run's request and the
 frames it reads), ``pool`` (what the warm pool holds), ``sessions``
 (``DockerSessionTransport`` and the session runner's command), and
-``servers`` with ``attach``: an MCP server run from an image, as a container
-whose stdio a small program of its own (``attach.py``) carries.
+``servers`` with ``attach`` and ``relay``: an MCP server run from an image, as a
+container whose stdio a small program of its own (``attach.py``) carries, in
+the network of a relay container (``relay.py``) when it has a network list.
 """
 
 from .backend import DockerSandbox

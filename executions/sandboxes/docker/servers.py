@@ -15,7 +15,20 @@ the image's own). ``runtime`` is ``runsc`` under the gvisor backend, so the
 server sees gVisor's kernel rather than the host's.
 
 An image carries what the server needs, so ``read`` and ``write`` (host paths)
-are refused, and so is a ``network`` list: such a server has no network.
+are refused.
+
+A ``network`` list (``api.github.com:443``) gives the server one way out, the
+gateway's CONNECT proxy (``egress.Egress``), which opens only what the list
+names. The server's container then joins the network of a relay container
+(``relay.py``: the sandbox image, hardened alike, with no network but its
+loopback and the proxy's folder mounted read-only) instead of having none:
+the relay listens on ``127.0.0.1:3128`` there and hands that socket to the
+proxy, and the server's ``HTTPS_PROXY`` names it. Nothing else is in that
+network. The proxy's folder is a temporary one, bind-mounted, or a folder of
+the named volume ``MCP_EGRESS_VOLUME`` (mounted at ``MCP_EGRESS_DIR`` here)
+where the engine cannot see this host's paths (the scale deployment, whose
+gate refuses bind mounts). Under gVisor (``runsc --network=none``) a
+container sees no network but gVisor's own, so a list is refused there.
 """
 
 from __future__ import annotations
@@ -23,12 +36,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
+
+from django.conf import settings
 
 from ..base import ConfinedServer, SandboxUnavailable, ServerSpec
+from ..egress import EGRESS_PORT, Egress, EgressError, parse_all, proxy_variables
 from .config import GVISOR_HOST_PIDS, SANDBOX_USER, WORK_DIR, check_container_config
 
-ATTACH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attach.py")
+HERE = Path(__file__).resolve().parent
+ATTACH = str(HERE / "attach.py")
+RELAY = (HERE / "relay.py").read_text()
 SERVER_LABEL = "airlock.server"
+RELAY_LABEL = "airlock.relay"
+RELAY_MOUNT = "/egress"  # where the relay sees the proxy's folder (or the volume)
+RELAY_MEMORY_MB = 32
 # Docker's own client settings, which the attach program needs to reach the engine.
 DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG")
 
@@ -69,10 +91,15 @@ def server_command(spec: ServerSpec, runtime: str | None) -> ConfinedServer:
             "a server run from an image sees only its container: read and write name host "
             "paths, which it cannot have (put what it needs in the image)"
         )
-    if spec.network:
+    try:
+        entries = parse_all(list(spec.network))
+    except EgressError as exc:
+        raise SandboxUnavailable(f"network: {exc}") from exc
+    if entries and runtime == "runsc":
         raise SandboxUnavailable(
-            "a server run from an image has no network: a network list is for a server "
-            "started from a command on this host"
+            "under gVisor a server's container has no network but gVisor's own (runsc runs "
+            "with --network=none), so it cannot reach the proxy its network list needs: run "
+            "it with the docker backend, or from a command on this host"
         )
     config = host_config(spec, runtime)
     check_container_config(config)
@@ -82,7 +109,8 @@ def server_command(spec: ServerSpec, runtime: str | None) -> ConfinedServer:
         "airlock.backend": "gvisor" if runtime == "runsc" else "docker",
         SERVER_LABEL: spec.name,
     }
-    env = {"HOME": WORK_DIR, "TMPDIR": "/tmp", **dict(spec.env)}
+    env = {"HOME": WORK_DIR, "TMPDIR": "/tmp", **(proxy_variables() if entries else {})}
+    env |= dict(spec.env)
     container = {
         "image": spec.image,
         "command": list(spec.argv),
@@ -93,6 +121,9 @@ def server_command(spec: ServerSpec, runtime: str | None) -> ConfinedServer:
         "labels": labels,
         "host_config": config,
     }
+    egress = None
+    if entries:
+        egress, container["relay"] = _relay(spec, entries, labels, runtime)
     caller = {name: os.environ[name] for name in DOCKER_VARIABLES if name in os.environ}
     method = "gvisor" if runtime == "runsc" else "docker"
     return ConfinedServer(
@@ -104,5 +135,60 @@ def server_command(spec: ServerSpec, runtime: str | None) -> ConfinedServer:
             "AIRLOCK_SERVER": json.dumps(container),
         },
         method=method,
-        details={"confinement": method, "image": spec.image, "network": []},
+        details={
+            "confinement": method,
+            "image": spec.image,
+            "network": [str(entry) for entry in entries],
+        },
+        cleanups=[egress.close] if egress else [],
     )
+
+
+def _relay(spec: ServerSpec, entries, labels: dict, runtime: str | None) -> tuple[Egress, dict]:
+    """The proxy of ``spec``'s list, in this process, and the relay container that holds
+    the server's network and hands its listening socket to that proxy."""
+    volume = getattr(settings, "MCP_EGRESS_VOLUME", "")
+    parent = getattr(settings, "MCP_EGRESS_DIR", "") if volume else None
+    if volume and not parent:
+        raise SandboxUnavailable(
+            "MCP_EGRESS_VOLUME is set: set MCP_EGRESS_DIR, where it is mounted"
+        )
+    try:
+        egress = Egress(
+            spec.name, entries, prefix=f"airlock-egress-{os.getpid()}-", parent=parent, shared=True
+        )
+    except OSError as exc:
+        raise SandboxUnavailable(f"the proxy's folder could not be made: {exc}") from exc
+    folder = os.path.basename(egress.directory)
+    if volume:
+        mount = {"Type": "volume", "Source": volume, "Target": RELAY_MOUNT, "ReadOnly": True}
+        socket_path = f"{RELAY_MOUNT}/{folder}/{os.path.basename(egress.socket_path)}"
+    else:
+        mount = {
+            "Type": "bind",
+            "Source": egress.directory,
+            "Target": RELAY_MOUNT,
+            "ReadOnly": True,
+        }
+        socket_path = f"{RELAY_MOUNT}/{os.path.basename(egress.socket_path)}"
+    config = host_config(spec, runtime)
+    config |= {
+        "mem_limit": f"{RELAY_MEMORY_MB}m",
+        "memswap_limit": f"{RELAY_MEMORY_MB}m",
+        "pids_limit": 8,
+        "tmpfs": {},
+        "mounts": [mount],
+    }
+    check_container_config(config)
+    user = config.pop("user")
+    relay = {
+        "image": getattr(settings, "SANDBOX_IMAGE", "airlock-sandbox:latest"),
+        "command": ["python3", "-I", "-S", "-c", RELAY, str(EGRESS_PORT), socket_path],
+        "user": user,
+        "hostname": "server",
+        "working_dir": "/",
+        "env": {},
+        "labels": {**labels, RELAY_LABEL: "1"},
+        "host_config": config,
+    }
+    return egress, relay

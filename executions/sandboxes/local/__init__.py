@@ -45,8 +45,9 @@ interpreters), ``probes`` (which methods work here, and why not), ``host``
 ``programs`` (interpreters and the pre-start loader), ``confinement`` (the
 supervisor's orders and bubblewrap's arguments), ``rlimits``, ``seccomp``,
 ``supervisor`` (the program that confines and supervises a run without
-bubblewrap), ``servers`` (long-lived MCP servers confined the same way),
-``egress`` (a confined server's proxy to the hosts its network lists), ``process`` (one sandboxed process tree and its output) and
+bubblewrap), ``servers`` (long-lived MCP servers confined the same way, their
+network through ``sandboxes.egress``), ``process`` (one sandboxed process tree
+and its output) and
 ``sessions`` (a persistent session's runner as a local process).
 """
 

@@ -47,6 +47,7 @@ import sys
 import tempfile
 
 from ..base import ConfinedServer, Limits, SandboxUnavailable, ServerSpec
+from ..egress import EGRESS_PORT, EGRESS_SOCKET, Egress, EgressError, parse_all, proxy_variables
 from . import probes
 from .confinement import (
     SANDBOX_WORKDIR,
@@ -55,7 +56,6 @@ from .confinement import (
     _namespace_layout,
     _supervisor_config,
 )
-from .egress import EGRESS_PORT, EGRESS_SOCKET, Egress, EgressError, parse_all
 from .host import (
     BASE_DIR_PREFIX,
     RUN_UID_BASE,
@@ -186,14 +186,16 @@ def server_command(spec: ServerSpec, method: str | None = None) -> ConfinedServe
         config = _supervisor_config(argv, uid, rlimits, "unshare", SCRATCH, layout=layout)
         config["landlock"]["write"] += list(spec.write)
         if entries:
-            egress = Egress(spec.name, entries, uid)
+            egress = Egress(
+                spec.name, entries, uid, prefix=f"{BASE_DIR_PREFIX}{os.getpid()}-egress-"
+            )
             layout["egress"] = {
                 "socket": egress.socket_path,
                 "target": EGRESS_SOCKET,
                 "port": EGRESS_PORT,
             }
             config["landlock"]["connect_tcp"] = [EGRESS_PORT]
-            proxied = _proxy_variables()
+            proxied = proxy_variables()
         home = tmp = SCRATCH
     elif method == "landlock":
         rules = _landlock_rules(host_dir, program)
@@ -219,16 +221,6 @@ def server_command(spec: ServerSpec, method: str | None = None) -> ConfinedServe
         cleanups=[lambda: shutil.rmtree(host_dir, ignore_errors=True)]
         + ([egress.close] if egress else []),
     )
-
-
-def _proxy_variables() -> dict[str, str]:
-    """What HTTP clients read to go through a proxy (curl, Python's, Go's, npm's)."""
-    proxy = f"http://127.0.0.1:{EGRESS_PORT}"
-    found = {}
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
-        found[name] = found[name.lower()] = proxy
-    found["NO_PROXY"] = found["no_proxy"] = "localhost,127.0.0.1,::1"
-    return found
 
 
 def _rlimits(limits: Limits, extra_processes: int) -> list[tuple[int, int, int]]:

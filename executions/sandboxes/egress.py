@@ -1,14 +1,15 @@
 """A confined server's one way out: a CONNECT proxy to the hosts its configuration lists.
 
-A server confined with its own namespaces (``servers.py``) has a network of
-its own with nothing in it but loopback. When its configuration lists hosts
-(``network: ["api.github.com:443"]``), its supervisor listens on
-``127.0.0.1:EGRESS_PORT`` inside that network and hands the listening socket
-out, once, over a UNIX socket bound into its root; from then on this process
-accepts the server's connections on it and, for each, reads one HTTP
-``CONNECT host:port`` request and opens that connection from the host, only
-when the pair is listed. The server's environment names the proxy
-(``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``), which HTTP clients honour.
+A confined server (``local.servers``, ``docker.servers``) has a network of its
+own with nothing in it but loopback. When its configuration lists hosts
+(``network: ["api.github.com:443"]``), something in that network — the local
+supervisor, or the relay container whose network a server's container joins —
+listens on ``127.0.0.1:EGRESS_PORT`` and hands the listening socket out, once,
+over this proxy's UNIX socket; from then on this process accepts the server's
+connections on it and, for each, reads one HTTP ``CONNECT host:port`` request
+and opens that connection from here, only when the pair is listed. The
+server's environment names the proxy (``proxy_variables``: ``HTTPS_PROXY``,
+``HTTP_PROXY``, ``ALL_PROXY``), which HTTP clients honour.
 
 What is refused, with a ``403`` that says why and a line in the log:
 
@@ -37,8 +38,6 @@ import socket
 import tempfile
 import threading
 from dataclasses import dataclass
-
-from .host import BASE_DIR_PREFIX
 
 log = logging.getLogger("executions.sandboxes")
 
@@ -126,20 +125,44 @@ def _refused_address(address) -> bool:
     )
 
 
+def proxy_variables() -> dict[str, str]:
+    """What HTTP clients read to go through a proxy (curl, Python's, Go's, npm's)."""
+    proxy = f"http://127.0.0.1:{EGRESS_PORT}"
+    found = {}
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
+        found[name] = found[name.lower()] = proxy
+    found["NO_PROXY"] = found["no_proxy"] = "localhost,127.0.0.1,::1"
+    return found
+
+
 class Egress:
     """The proxy of one server, in this process: from ``socket_path``'s handover to ``close``.
 
-    The handover socket lives in a folder of its own (the server's root is
-    built over its host dir), named with this process's pid like a run's, and
-    owned by ``uid`` (the server's, when it is not this process's).
+    The handover socket lives in a folder of its own, made in ``parent`` with
+    ``prefix`` (a name the caller's stale-folder sweep knows), owned by ``uid``
+    (the server's, when it is not this process's); ``shared`` opens the folder
+    to any uid that can reach it (a container's, which this process cannot chown
+    to), the socket being the folder's only content.
     """
 
-    def __init__(self, name: str, entries: tuple[Entry, ...], uid: int | None = None):
+    def __init__(
+        self,
+        name: str,
+        entries: tuple[Entry, ...],
+        uid: int | None = None,
+        *,
+        prefix: str,
+        parent: str | None = None,
+        shared: bool = False,
+    ):
         self.name = name
         self.entries = entries
-        self._dir = tempfile.mkdtemp(prefix=f"{BASE_DIR_PREFIX}{os.getpid()}-egress-")
+        self._dir = tempfile.mkdtemp(prefix=prefix, dir=parent)
         if uid is not None:
             os.chown(self._dir, uid, uid)
+        if shared:
+            os.chmod(self._dir, 0o711)
+        self.directory = self._dir
         self.socket_path = os.path.join(self._dir, "egress.sock")
         self._closed = threading.Event()
         self._open: set[socket.socket] = set()
