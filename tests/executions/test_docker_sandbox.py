@@ -468,3 +468,79 @@ def test_a_failing_sink_does_not_leave_the_run_or_its_container_behind(docker_re
     assert_container_removed(first.details["container"])
     after, sink = run(sandbox, "print('fresh')")
     assert after.success and sink.stdout == "fresh\n"
+
+
+PROCESS_FACTS = """
+import os, signal, sys
+print(os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid())
+print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))
+print(os.path.realpath('/proc/self/fd/0'), os.getcwd() == os.environ['HOME'] == os.environ['PWD'])
+print(open('/proc/self/oom_score_adj').read().strip())
+print([int(signal.getsignal(s) == signal.SIG_DFL) for s in  # the runner ignores these
+       (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)])
+print(sorted(os.environ))
+import resource; print(resource.getrlimit(resource.RLIMIT_CPU)[0])
+"""
+
+
+def test_a_prestarted_interpreters_run_is_set_up_as_a_forked_one(warm):
+    """Python runs on the interpreter the runner spawned ahead of it (after a pause, it is
+    up); bash's is forked for its run: both are session leaders, the OOM killer's first
+    choice, with the same environment; the spawned one has stdin on /dev/null, only 0-2
+    open, its own work dir, the signals the runner ignores back to default, and the run's
+    limits."""
+    run(warm, "pass")
+    time.sleep(1.0)
+    _, python = run(warm, PROCESS_FACTS, cpu_seconds=7)
+    facts = python.stdout.splitlines()
+    assert facts[:2] == ["True True", "[0, 1, 2, 3]"], python.stdout + python.stderr
+    # 3: the listing's own descriptor, as in bash's below
+    assert facts[2] == "/dev/null True" and facts[3] == "1000" and facts[4] == "[1, 1, 1]"
+    assert facts[6] == "7"
+    bash_code = (
+        "ps_sid=$(cut -d' ' -f6 /proc/$$/stat); echo $([ \"$ps_sid\" = $$ ] && echo True)\n"
+        "cat /proc/$$/oom_score_adj\nenv | cut -d= -f1 | sort | tr '\\n' ' '"
+    )
+    _, bash = run(warm, bash_code, language="bash")
+    said = bash.stdout.splitlines()
+    assert said[:2] == ["True", "1000"], bash.stdout + bash.stderr
+    python_env = set(eval(facts[5]))  # noqa: S307 - our own probe's printed list
+    bash_env = set(said[2].split()) - {"SHLVL", "_", "OLDPWD"}
+    assert python_env == bash_env, (python_env, bash_env)
+
+
+WAITING = """
+import os, signal, sys
+waiting = [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())
+           and b'_airlock_boot' in open(f'/proc/{p}/cmdline', 'rb').read()]
+if sys.argv[1:] == ['kill']:
+    for pid in waiting:
+        os.kill(pid, signal.SIGKILL)
+print(len(waiting))
+"""
+
+
+def waiting_interpreters(sandbox, kill: bool = False) -> int:
+    """The interpreters waiting for a run in ``sandbox``'s containers (killed, if asked),
+    seen from outside the runs: ``docker exec`` as the runs' user."""
+    from executions.sandboxes import reaper
+
+    client = docker.from_env()
+    found = 0
+    mine = {"label": f"{reaper.OWNER_LABEL}={sandbox.owner}"}
+    for container in client.api.containers(filters=mine):
+        argv = ["python3", "-I", "-S", "-c", WAITING, *(["kill"] if kill else [])]
+        said = client.api.exec_start(client.api.exec_create(container["Id"], argv, user="10001"))
+        found += int(said.decode().strip() or 0)
+    return found
+
+
+def test_a_dead_prestarted_interpreter_is_replaced(warm):
+    assert run(warm, "print(1)")[0].success
+    time.sleep(1.0)  # the next run's interpreter has started
+    assert waiting_interpreters(warm, kill=True) >= 1
+    outcome, sink = run(warm, "import os\nprint(os.getppid())")  # forked afresh by the runner
+    assert outcome.success and sink.stdout == "1\n", sink.stderr
+    time.sleep(1.0)
+    assert waiting_interpreters(warm) >= 1  # and the one after it started again
+    assert run(warm, "print(2)")[1].stdout == "2\n"
