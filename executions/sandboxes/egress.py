@@ -22,8 +22,9 @@ What is refused, with a ``403`` that says why and a line in the log:
 - anything but ``CONNECT`` (plain ``http://`` through a proxy would let one
   connection carry requests to several hosts): ``405``.
 
-Nothing runs in the server's namespaces for this: the bytes go straight from
-the server's socket to the outside one, through this process.
+Nothing in the server's namespaces carries the bytes (a relay only holds the
+network): they go straight from the server's socket to the outside one,
+through this process.
 """
 
 from __future__ import annotations
