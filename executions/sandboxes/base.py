@@ -9,6 +9,8 @@ UTF-8, so every backend truncates and flags output the same way.
 from __future__ import annotations
 
 import codecs
+import os
+import shutil
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -231,3 +233,28 @@ class Sandbox(ABC):
 
     def close(self) -> None:
         """Release pooled resources (warm containers, sessions)."""
+
+
+def remove_stale_folders(parent: str, prefix: str) -> None:
+    """The folders ``<prefix><pid>-…`` in ``parent`` whose process is gone: it died before
+    it could remove them (a folder a live process of another user holds stays)."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        pid = entry.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and not _process_exists(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -8,7 +8,10 @@ each change that would widen what the relay or the server reaches is refused, na
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import subprocess
 import tempfile
 from collections.abc import Iterator
 
@@ -145,3 +148,31 @@ def test_a_sandbox_or_a_relay_may_not_join_anything(creates):
         plan(create(unlabelled), GATE)
     with pytest.raises(Denied, match="NetworkMode"):
         plan(create(loosened(relay, ("HostConfig", "NetworkMode"), "container:relay-1")), GATE)
+
+
+def test_the_proxy_folders_of_a_dead_process_go_at_the_next_start(settings):
+    """Named by host and pid: a web process killed outright leaves its folder on the volume
+    (or in /tmp), and the next server started on that host removes it, and only it."""
+    folder = tempfile.mkdtemp(prefix="egress-")
+    settings.MCP_EGRESS_VOLUME, settings.MCP_EGRESS_DIR = VOLUME, folder
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now
+    host = socket.gethostname()
+    names = {
+        "dead": f"airlock-egress-{host}@{gone.pid}-a1",
+        "live": f"airlock-egress-{host}@{os.getpid()}-a2",
+        "another host's": f"airlock-egress-{host}-2@{gone.pid}-a3",
+        "not a proxy's": f"airlock-sandbox-{gone.pid}-a4",
+    }
+    for name in names.values():
+        os.mkdir(os.path.join(folder, name))
+    spec = ServerSpec(name="fetch", argv=(), image=SERVER_IMAGE, network=("example.com:443",))
+    server = server_command(spec, None)
+    try:
+        left = set(os.listdir(folder))
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder)
+    assert names["dead"] not in left
+    assert {names["live"], names["another host's"], names["not a proxy's"]} <= left
+    assert len(left) == 4  # and the new server's own

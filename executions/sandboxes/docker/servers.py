@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
+import tempfile
 from pathlib import Path
 
 from django.conf import settings
 
-from ..base import ConfinedServer, SandboxUnavailable, ServerSpec
+from ..base import ConfinedServer, SandboxUnavailable, ServerSpec, remove_stale_folders
 from ..egress import EGRESS_PORT, Egress, EgressError, parse_all, proxy_variables
 from .config import GVISOR_HOST_PIDS, SANDBOX_USER, WORK_DIR, check_container_config
 
@@ -153,9 +155,13 @@ def _relay(spec: ServerSpec, entries, labels: dict, runtime: str | None) -> tupl
         raise SandboxUnavailable(
             "MCP_EGRESS_VOLUME is set: set MCP_EGRESS_DIR, where it is mounted"
         )
+    # Named by host and pid: a process that died leaves its folder, which the next start on
+    # the same host (web containers sharing the volume each have their own) removes.
+    prefix = f"airlock-egress-{socket.gethostname()}@"
+    remove_stale_folders(parent or tempfile.gettempdir(), prefix)
     try:
         egress = Egress(
-            spec.name, entries, prefix=f"airlock-egress-{os.getpid()}-", parent=parent, shared=True
+            spec.name, entries, prefix=f"{prefix}{os.getpid()}-", parent=parent, shared=True
         )
     except OSError as exc:
         raise SandboxUnavailable(f"the proxy's folder could not be made: {exc}") from exc

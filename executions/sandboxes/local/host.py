@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 
+from ..base import remove_stale_folders
 from . import supervisor as supervisor_program
 from .rlimits import PRLIMIT_OPTIONS
 
@@ -145,23 +146,7 @@ def _remove_if_mine(path: str, owner: int) -> None:
 @functools.cache
 def _remove_stale_base_dirs() -> None:
     """Work dirs left by a worker that died (once per process): its pid is in the name."""
-    parent = tempfile.gettempdir()
-    for entry in os.scandir(parent):
-        if not entry.name.startswith(BASE_DIR_PREFIX):
-            continue
-        pid = entry.name[len(BASE_DIR_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _process_exists(int(pid)):
-            shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    remove_stale_folders(tempfile.gettempdir(), BASE_DIR_PREFIX)
 
 
 @functools.cache
