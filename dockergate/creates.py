@@ -109,8 +109,6 @@ def _check_relay(host: dict, policy: Policy) -> None:
         raise Refused(f"HostConfig.Mounts of a relay must be the one volume {wanted}")
     if {key: value for key, value in mounts[0].items() if not _empty(value)} != wanted:
         raise Refused(f"HostConfig.Mounts of a relay must be the one volume {wanted}")
-    if host.get("NetworkMode") != "none":
-        raise Refused("HostConfig.NetworkMode must be none for a relay")
 
 
 def _check_server(body: dict, policy: Policy) -> None:
@@ -127,10 +125,6 @@ def _check_server(body: dict, policy: Policy) -> None:
         isinstance(entry, str) and ENV_ENTRY.match(entry) for entry in env
     ):
         raise Refused("Env must be a list of NAME=value")
-    if (body.get("HostConfig") or {}).get("NetworkMode") != "none" and not joined(body):
-        raise Refused(
-            "HostConfig.NetworkMode must be none or container:<its relay> for an MCP server"
-        )
 
 
 def _check_top(body: dict, policy: Policy) -> None:
@@ -187,12 +181,17 @@ def _check_host(host: object, policy: Policy, kind: str = "") -> None:
     _int(section, "ShmSize", host.get("ShmSize") or 0, 0, MAX_MEMORY)
     if host.get("ReadonlyRootfs") is not True:
         raise Refused("HostConfig.ReadonlyRootfs must be true")
-    if kind == "server" and JOINED.match(str(host.get("NetworkMode"))):
-        pass  # its relay's: rules.join checks which container that is
-    elif host.get("NetworkMode") not in ("none", "bridge"):
-        raise Refused(
-            f"HostConfig.NetworkMode must be none or bridge, not {host.get('NetworkMode')!r}"
-        )
+    network = host.get("NetworkMode")
+    if kind == "server":  # or its relay's: rules.join checks which container that is
+        if network != "none" and not JOINED.match(str(network)):
+            raise Refused(
+                "HostConfig.NetworkMode must be none or container:<its relay> for an MCP server"
+            )
+    elif kind == "relay":
+        if network != "none":
+            raise Refused("HostConfig.NetworkMode must be none for a relay")
+    elif network not in ("none", "bridge"):
+        raise Refused(f"HostConfig.NetworkMode must be none or bridge, not {network!r}")
     if host.get("CapDrop") != ["ALL"]:
         raise Refused('HostConfig.CapDrop must be ["ALL"]')
     if host.get("SecurityOpt") not in (["no-new-privileges"], ["no-new-privileges:true"]):
@@ -232,7 +231,7 @@ def check_create(body: object, policy: Policy) -> dict:
         "OpenStdin", "StdinOnce", "AttachStdin", "AttachStdout", "AttachStderr",
         "NetworkDisabled",
     }  # fmt: skip
-    if _is_server(body):
+    if kind == "server":
         checked.add("Env")
     _check_rest("", body, checked)
     return {key: value for key, value in body.items() if not _empty(value) or key == "Tty"}

@@ -190,10 +190,8 @@ def run_argv(argv: list[str], ctx: ActionContext) -> RunOutcome:
     if ctx.cancel.is_set():
         return RunOutcome(exit_code=None, duration_ms=0, backend=BACKEND, cancelled=True)
     prefix = default_signals_prefix()
-    if prefix and "/" not in argv[0] and shutil.which(argv[0], path=SAFE_PATH) is None:
+    if prefix and not _exists(argv[0]):
         # Through the prefix a missing program would be env's exit 127: say it as plainly.
-        return failed(BACKEND, f"command not found: {argv[0]}", ctx.sink, started)
-    if prefix and "/" in argv[0] and not os.path.exists(argv[0]):
         return failed(BACKEND, f"command not found: {argv[0]}", ctx.sink, started)
     try:
         proc = subprocess.Popen(
@@ -225,6 +223,13 @@ def run_argv(argv: list[str], ctx: ActionContext) -> RunOutcome:
         timed_out=stopped == "timeout",
         cancelled=stopped == "cancelled",
         details={"argv": argv, "pid": proc.pid},
+    )
+
+
+def _exists(program: str) -> bool:
+    """``program`` is a path that exists, or a name found on the actions' PATH."""
+    return (
+        os.path.exists(program) if "/" in program else bool(shutil.which(program, path=SAFE_PATH))
     )
 
 

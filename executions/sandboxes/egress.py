@@ -158,13 +158,12 @@ class Egress:
     ):
         self.name = name
         self.entries = entries
-        self._dir = tempfile.mkdtemp(prefix=prefix, dir=parent)
+        self.directory = tempfile.mkdtemp(prefix=prefix, dir=parent)
         if uid is not None:
-            os.chown(self._dir, uid, uid)
+            os.chown(self.directory, uid, uid)
         if shared:
-            os.chmod(self._dir, 0o711)
-        self.directory = self._dir
-        self.socket_path = os.path.join(self._dir, "egress.sock")
+            os.chmod(self.directory, 0o711)
+        self.socket_path = os.path.join(self.directory, "egress.sock")
         self._closed = threading.Event()
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -186,7 +185,7 @@ class Egress:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     # --- the handover, then the server's connections ---------------------------------
 

@@ -165,18 +165,15 @@ def _relay(spec: ServerSpec, entries, labels: dict, runtime: str | None) -> tupl
         )
     except OSError as exc:
         raise SandboxUnavailable(f"the proxy's folder could not be made: {exc}") from exc
-    folder = os.path.basename(egress.directory)
-    if volume:
-        mount = {"Type": "volume", "Source": volume, "Target": RELAY_MOUNT, "ReadOnly": True}
-        socket_path = f"{RELAY_MOUNT}/{folder}/{os.path.basename(egress.socket_path)}"
-    else:
-        mount = {
-            "Type": "bind",
-            "Source": egress.directory,
-            "Target": RELAY_MOUNT,
-            "ReadOnly": True,
-        }
-        socket_path = f"{RELAY_MOUNT}/{os.path.basename(egress.socket_path)}"
+    # The relay sees the volume (the proxy's folder is one of its folders), or the folder.
+    source, inside = (
+        (volume, f"{RELAY_MOUNT}/{os.path.basename(egress.directory)}")
+        if volume
+        else (egress.directory, RELAY_MOUNT)
+    )
+    mount = {"Type": "volume" if volume else "bind", "Source": source, "Target": RELAY_MOUNT,
+             "ReadOnly": True}  # fmt: skip
+    socket_path = f"{inside}/{os.path.basename(egress.socket_path)}"
     config = host_config(spec, runtime)
     config |= {
         "mem_limit": f"{RELAY_MEMORY_MB}m",
