@@ -2,12 +2,14 @@
 
 Whole days only (UTC): the cutoff is midnight ``days`` days ago, so each day
 is archived in one pass into one file. For each day the pass writes the
-file first (from a read, which stalls no writer), then deletes that day's
-chunks ``BATCH`` rows per statement, each statement its own transaction, so
-a write of the hot path waits at most one short batch behind it; then marks
-the executions archived and records the day in the audit trail. A pass that
-stops half-way leaves rows that are already in the file: the next pass
-writes the day again with them, and deletes them.
+file first (from a read, which stalls no writer; the database writes the
+lines), then deletes that day's chunks ``BATCH`` rows per statement, each
+statement its own transaction, so a write of the hot path waits at most one
+short batch behind it; a few hundred executions are marked archived in the
+transaction of their last chunks; then the day is recorded in the audit
+trail. The deletes run a step behind (``StepBehind``), while the next day's
+file is written. A pass that stops half-way leaves rows that are already in
+the file: the next pass writes the day again with them, and deletes them.
 """
 
 from __future__ import annotations
@@ -16,18 +18,33 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from functools import cache, partial
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.services import record
 from executions.choices import TERMINAL
 from executions.models import Execution, OutputChunk
-from infrastructure.archive import Archive, cutoff, delete_batched
+from infrastructure.archive import (
+    Archive,
+    StepBehind,
+    as_text,
+    cutoff,
+    days_of,
+    delete_batched,
+    fetch,
+    flag,
+    iso_time,
+    json_array,
+    json_object,
+    json_rows,
+    marks,
+)
 
 KIND = "output"  # the archive's output/YYYY-MM-DD.jsonl.gz
 BATCH = 1000  # chunk rows per DELETE: each one a short write transaction
-EXECUTIONS_PER_READ = 200
+EXECUTIONS_PER_READ = 300  # about BATCH chunks at three a run; within any database's parameters
 
 
 @dataclass
@@ -39,98 +56,79 @@ class Summary:
     seconds: float = 0.0
 
 
-def due():
-    """Finished executions whose output is still in the database."""
-    return Execution.objects.filter(status__in=TERMINAL, output_archived_at__isnull=True)
-
-
 def run(days: int, archive: Archive, now: datetime | None = None) -> Summary:
     """Archive and delete the output of every whole day before the cutoff; what was done."""
     started = time.monotonic()
     summary = Summary(cutoff=cutoff(days, now or timezone.now()))
-    for day, ids in _days(summary.cutoff):
-        entry = archive.write_day(KIND, day, _lines(ids), merged)
-        deleted = _delete_chunks(ids)
-        archived_at = timezone.now()
-        for start in range(0, len(ids), EXECUTIONS_PER_READ):  # within any database's parameters
-            batch = ids[start : start + EXECUTIONS_PER_READ]
-            Execution.objects.filter(pk__in=batch).update(output_archived_at=archived_at)
-        with transaction.atomic():
-            record(
-                "system",
-                "retention.archived",
-                None,
-                day=day.isoformat(),
-                executions=len(ids),
-                chunks=deleted,
-                file=entry["file"],
-                sha256=entry["sha256"],
-            )
-        summary.days.append({"day": day.isoformat(), "executions": len(ids), "chunks": deleted})
-        summary.executions += len(ids)
-        summary.chunks += deleted
+    # Along the index of executions whose output is kept: a filter on the status in the
+    # query would have SQLite walk its status index instead, every execution ever finished.
+    kept = Execution.objects.filter(output_archived_at__isnull=True)
+    with StepBehind() as behind:
+        for start in days_of(kept, "finished_at", summary.cutoff):
+            rows = kept.filter(finished_at__gte=start, finished_at__lt=start + timedelta(days=1))
+            rows = rows.order_by("pk").values_list("pk", "status")
+            ids = [pk for pk, status in rows if status in TERMINAL]
+            if ids:
+                entry = archive.write_day(KIND, start.date(), _lines(ids), merged)
+                behind.submit(partial(_remove, summary, start.date(), ids, entry))
     summary.seconds = time.monotonic() - started
     return summary
 
 
-def _days(cutoff: datetime) -> Iterator[tuple[date, list[int]]]:
-    """Each due day, oldest first, with the ids of its executions.
-
-    Read a day at a time, each once its predecessor is done: no read stays open
-    while the pass writes (SQLite does not keep a read on one connection apart
-    from that connection's own writes to the rows it walks).
-    """
-    done: set[date] = set()
-    while True:
-        oldest = (
-            due()
-            .filter(finished_at__lt=cutoff)
-            .order_by("finished_at")
-            .values_list("finished_at", flat=True)
-            .first()
-        )
-        if oldest is None:
-            return
-        day = oldest.astimezone(UTC).date()
-        if day in done:  # its executions were not marked: never loop over it
-            raise RuntimeError(f"retention: {day} is still due after it was archived")
-        done.add(day)
-        start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
-        ids = list(
-            due()
-            .filter(finished_at__gte=start, finished_at__lt=min(start + timedelta(days=1), cutoff))
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
-        yield day, ids
-
-
-def _lines(ids: list[int]) -> Iterator[dict]:
-    """One archive line per execution, its chunks in order, read a few executions at a time."""
+def _remove(summary: Summary, day: date, ids: list[int], entry: dict) -> None:
+    """The day's chunks deleted once its file is stored, and its executions marked archived
+    in the transaction of their last chunks."""
+    deleted = 0
+    archived_at = timezone.now()
     for start in range(0, len(ids), EXECUTIONS_PER_READ):
         batch = ids[start : start + EXECUTIONS_PER_READ]
-        executions = Execution.objects.in_bulk(batch)
-        chunks: dict[int, list] = {pk: [] for pk in batch}
-        rows = (
-            OutputChunk.objects.filter(execution_id__in=batch)
-            .order_by("execution_id", "seq")
-            .values_list("execution_id", "seq", "stream", "data", "created_at")
+        marked = Execution.objects.filter(pk__in=batch)
+        deleted += delete_batched(
+            OutputChunk.objects.filter(execution_id__in=batch),
+            BATCH,
+            last=partial(marked.update, output_archived_at=archived_at),
         )
-        for execution_id, seq, stream, data, created_at in rows.iterator(chunk_size=2000):
-            chunks[execution_id].append([seq, stream, data, created_at.isoformat()])
-        for pk in batch:
-            execution = executions[pk]
-            yield {
-                "execution_id": pk,
-                "action": execution.action,
-                "status": execution.status,
-                "requested_by": execution.requested_by,
-                "created_at": execution.created_at.isoformat(),
-                "finished_at": execution.finished_at.isoformat(),
-                "output_bytes": execution.output_bytes,
-                "truncated": execution.truncated,
-                "chunks": chunks[pk],
-            }
+    with transaction.atomic():
+        record("system", "retention.archived", None, day=day.isoformat(), executions=len(ids),
+               chunks=deleted, file=entry["file"], sha256=entry["sha256"])  # fmt: skip
+    summary.days.append({"day": day.isoformat(), "executions": len(ids), "chunks": deleted})
+    summary.executions += len(ids)
+    summary.chunks += deleted
+
+
+def _lines(ids: list[int]) -> Iterator[str]:
+    """One archive line per execution with its chunks in order, written by the database a
+    few hundred executions at a time."""
+    for start in range(0, len(ids), EXECUTIONS_PER_READ):
+        batch = ids[start : start + EXECUTIONS_PER_READ]
+        for (line,) in fetch(_sql().replace("{keys}", marks(batch)), batch):
+            yield line
+
+
+@cache
+def _sql() -> str:
+    """The read of a batch's lines, naming its executions as ``{keys}``."""
+    quote = connection.ops.quote_name
+    chunks = json_rows(
+        json_array(["c.seq", "c.stream", "c.data", iso_time("c.created_at")]),
+        f"FROM {quote(OutputChunk._meta.db_table)} c WHERE c.execution_id = e.id",
+        order="c.seq",
+    )
+    line = json_object([
+        ("execution_id", "e.id"),
+        ("action", "e.action"),
+        ("status", "e.status"),
+        ("requested_by", "e.requested_by"),
+        ("created_at", iso_time("e.created_at")),
+        ("finished_at", iso_time("e.finished_at")),
+        ("output_bytes", "e.output_bytes"),
+        ("truncated", flag("e.truncated")),
+        ("chunks", chunks),
+    ])  # fmt: skip
+    return (
+        f"SELECT {as_text(line)} FROM {quote(Execution._meta.db_table)} e "
+        "WHERE e.id IN ({keys}) ORDER BY e.id"
+    )
 
 
 def _delete_chunks(ids: list[int]) -> int:

@@ -3,6 +3,7 @@ nothing lost, and the audit chain provable across the archive and the database."
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -81,6 +82,74 @@ def test_finished_proposals_leave_after_their_output_with_everything_they_showed
         call_command("retention", "--proposal", str(recent.pk))
     with pytest.raises(CommandError, match="there is no proposal 999999"):
         call_command("retention", "--proposal", "999999")
+
+
+def _plain(row: dict) -> dict:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def test_an_archived_line_holds_what_the_rows_read_through_django_give(agent, reviewer):
+    """Lines are written from plain SQL, the JSON columns as stored: each holds what
+    ``values()`` reads (times in ISO 8601 with their offset, JSON as JSON, flags as flags)."""
+    proposal = decided(agent, reviewer, 40)
+    Decision.objects.filter(proposal=proposal).update(comment='a "b"\n')
+    Proposal.objects.filter(pk=proposal.pk).update(
+        parameters={"script": "echo 'hi'\nexit 3", "n": [1, 2.5, None, True], "ü": {"k": "\u2028"}},
+        risk_reasons=["one", "two"], routing={}, expires_at=NOW.replace(microsecond=120034),
+        escalate_at=NOW.replace(microsecond=500000),
+    )  # fmt: skip
+    Execution.objects.filter(pk=proposal.execution_id).update(
+        timed_out=True, truncated=False, details={"a": [None]}, exit_code=3, limits={"cpu": 1.5}
+    )
+    bare = decided(agent, reviewer, 41, status="rejected", ran=False)
+
+    lines = [json.loads(line) for line in proposals._lines([proposal.pk, bare.pk])]
+
+    for line, row in zip(lines, (proposal, bare), strict=True):
+        decisions = Decision.objects.filter(proposal=row).order_by("pk")
+        execution = Execution.objects.filter(pk=row.execution_id).values()
+        assert line == {
+            **_plain(Proposal.objects.filter(pk=row.pk).values().get()),
+            "agent": agent.name,
+            "decisions": [
+                _plain(d)
+                for d in decisions.values("reviewer__username", "kind", "comment", "created_at")
+            ],
+            "execution": _plain(execution.get()) if row.execution_id else None,
+        }
+    assert lines[0]["execution"]["timed_out"] is True and lines[0]["expires_at"].endswith(
+        ".120034+00:00"
+    )
+
+
+def test_a_pass_whose_deletes_fail_stops_there_and_the_next_one_finishes(
+    archive, agent, reviewer, monkeypatch
+):
+    """A day's deletes run in a thread of their own while the next day's file is written: a
+    failure there stops the pass with its error before a later day loses a row, and the next
+    pass archives what is left, each proposal once."""
+    made = [decided(agent, reviewer, days) for days in (45, 44, 43)]
+    real, calls = proposals.delete_set, []
+
+    def failing(model, pks):
+        if model is Proposal:
+            calls.append(pks)
+            if len(calls) == 2:
+                raise OSError("disk full")
+        return real(model, pks)
+
+    monkeypatch.setattr(proposals, "delete_set", failing)
+    with pytest.raises(OSError, match="disk full"):
+        passes.run(passes.Keep(output=30, proposals=30, audit=None), archive, now=NOW)
+    assert sorted(Proposal.objects.values_list("pk", flat=True)) == [made[1].pk, made[2].pk]
+
+    monkeypatch.setattr(proposals, "delete_set", real)
+    passes.run(passes.Keep(output=30, proposals=30, audit=None), archive, now=NOW)
+    assert not Proposal.objects.exists() and not Execution.objects.exists()
+    archived = [
+        line["id"] for day in archive.days("proposals") for line in archive.lines("proposals", day)
+    ]
+    assert sorted(archived) == [proposal.pk for proposal in made]
 
 
 def test_a_proposal_whose_output_is_kept_stays_too(archive, agent, reviewer):

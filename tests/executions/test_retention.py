@@ -86,6 +86,40 @@ def test_old_output_is_archived_a_day_per_file_then_removed(archive):
     assert (again.executions, again.days) == (0, [])
 
 
+def test_an_archived_line_holds_the_execution_and_its_chunks_as_stored(archive):
+    """The database writes the line: times in ISO 8601 with their offset, the flag as a flag,
+    every character of the output as it was, the chunks in order."""
+    execution = finished(40, lines=0)
+    Execution.objects.filter(pk=execution.pk).update(truncated=True, output_bytes=7)
+    for seq, data in ((2, 'ü "q"\t\\\n'), (1, "\u2028\x1b[0m\n"), (3, "")):
+        OutputChunk.objects.create(execution=execution, seq=seq, stream="stdout", data=data)
+    OutputChunk.objects.update(created_at=NOW)
+    OutputChunk.objects.filter(seq=2).update(created_at=NOW.replace(microsecond=500000))
+    execution.refresh_from_db()
+
+    [line] = [json.loads(line) for line in prune._lines([execution.pk])]
+
+    assert line == {
+        "execution_id": execution.pk,
+        "action": "script.execute",
+        "status": "succeeded",
+        "requested_by": execution.requested_by,
+        "created_at": execution.created_at.isoformat(),
+        "finished_at": execution.finished_at.isoformat(),
+        "output_bytes": 7,
+        "truncated": True,
+        "chunks": [
+            [seq, stream, data, at.isoformat()]
+            for seq, stream, data, at in execution.chunks.order_by("seq").values_list(
+                "seq", "stream", "data", "created_at"
+            )
+        ],
+    }
+    assert [chunk[3][11:] for chunk in line["chunks"]] == [
+        "12:00:00+00:00", "12:00:00.500000+00:00", "12:00:00+00:00"
+    ]  # fmt: skip
+
+
 def test_a_pass_stopped_half_way_loses_nothing(archive):
     first, second = finished(10.1), finished(10.2)
     # A pass wrote the day with the first, deleted its chunks and stopped.
