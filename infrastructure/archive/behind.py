@@ -6,7 +6,10 @@ the day before (short write transactions). ``StepBehind`` runs each day's
 job in one worker thread, in order, on that thread's own database
 connection, while the pass goes on to the next day's file; it waits for a
 job before it takes the next, so a pass is at most one day ahead of its
-deletes, and a job's error stops the pass where it happened.
+deletes, and a job's error stops the pass where it happened. A pass inside
+a transaction runs its jobs in turn on that transaction's connection: a
+thread's own connection would not see its rows, and on SQLite would wait for
+its writer lock forever.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from django.db import connections
+from django.db import connection, connections
 
 
 class StepBehind:
     def __init__(self) -> None:
+        self._inline = connection.in_atomic_block
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="airlock-retention")
         self._last: Future | None = None
 
@@ -27,6 +31,9 @@ class StepBehind:
 
     def submit(self, job: Callable[[], object]) -> None:
         """Run ``job`` once the one before it has finished (raising what that one raised)."""
+        if self._inline:
+            job()
+            return
         self.wait()
         self._last = self._pool.submit(job)
 
@@ -42,5 +49,6 @@ class StepBehind:
             elif self._last is not None:  # the pass failed: its last job still ends first
                 self._last.exception()
         finally:
-            self._pool.submit(connections.close_all).result()
+            if not self._inline:
+                self._pool.submit(connections.close_all).result()
             self._pool.shutdown()

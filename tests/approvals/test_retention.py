@@ -152,6 +152,17 @@ def test_a_pass_whose_deletes_fail_stops_there_and_the_next_one_finishes(
     assert sorted(archived) == [proposal.pk for proposal in made]
 
 
+def test_a_pass_inside_a_transaction_deletes_in_it(archive, agent, reviewer):
+    """Inside a transaction the deletes stay on its connection: a thread's own would not see
+    its rows, and on SQLite would wait for its writer lock forever."""
+    old = decided(agent, reviewer, 40)
+    with transaction.atomic():
+        Proposal.objects.filter(pk=old.pk).update(reason="changed in this transaction")
+        passes.run(passes.Keep(output=30, proposals=30, audit=None), archive, now=NOW)
+        assert not Proposal.objects.filter(pk=old.pk).exists()
+    assert proposals.archived(archive, proposal=old.pk)["reason"] == "changed in this transaction"
+
+
 def test_a_proposal_whose_output_is_kept_stays_too(archive, agent, reviewer):
     kept = decided(agent, reviewer, 40)
     passes.run(passes.Keep(output=None, proposals=30, audit=None), archive, now=NOW)
