@@ -113,7 +113,7 @@ class Archive:
     def write_day(self, kind: str, day: date, new: Iterable[dict | str], merge: Merge) -> dict:
         """Archive ``new`` records of ``day`` (merged with the ones already there); its entry.
 
-        A record is a dict, or its JSON text already written (``rows.Columns``)."""
+        A record is a dict, or its JSON text as the database wrote it (``rows``)."""
         manifest = self.manifest()
         name = self.name(kind, day)
         kept = list(self.lines(kind, day)) if name in manifest["files"] else []
