@@ -42,7 +42,7 @@ class Columns:
         ]
 
     def object(self, alias: str, more: Sequence[tuple[str, str]] = ()) -> str:
-        """SQL: the row ``alias`` as a JSON object (a JSON value, to nest or to ``text``), with
+        """SQL: the row ``alias`` as a JSON object (a JSON value, to nest or to ``as_text``), with
         the members ``more`` (name, SQL of a value) after its columns."""
         quote = connection.ops.quote_name
         pairs = [
