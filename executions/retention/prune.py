@@ -131,15 +131,6 @@ def _sql() -> str:
     )
 
 
-def _delete_chunks(ids: list[int]) -> int:
-    """Delete the executions' chunks, ``BATCH`` rows per statement and transaction."""
-    deleted = 0
-    for start in range(0, len(ids), EXECUTIONS_PER_READ):
-        batch = ids[start : start + EXECUTIONS_PER_READ]
-        deleted += delete_batched(OutputChunk.objects.filter(execution_id__in=batch), BATCH)
-    return deleted
-
-
 def merged(kept: list[dict], new):
     """The new lines, then the kept ones they do not name; each execution once.
 
