@@ -37,12 +37,11 @@ from infrastructure.archive import (
     cutoff,
     days_of,
     delete_set,
-    fetch,
     iso_time,
     json_object,
     json_row,
     json_rows,
-    marks,
+    lines,
 )
 
 KIND = "proposals"
@@ -99,17 +98,14 @@ def _remove(summary: Summary, day: date, rows: list[tuple[int, int | None]], ent
 
 
 def _lines(ids: list[int]) -> Iterator[str]:
-    """Each proposal's line, written by the database a few hundred proposals at a time: its
-    row, its agent's name, its decisions (with the reviewer's name) and its execution's row."""
-    for first in range(0, len(ids), PER_READ):
-        batch = ids[first : first + PER_READ]
-        for (line,) in fetch(_sql().replace("{keys}", marks(batch)), batch):
-            yield line
+    """Each proposal's archive line, read a few hundred at a time."""
+    return lines(_sql(), ids, PER_READ)
 
 
 @cache
 def _sql() -> str:
-    """The read of a batch's lines, naming its proposals as ``{keys}``."""
+    """The read of a batch's lines, naming its proposals as ``{keys}``: each proposal's row,
+    its agent's name, its decisions (with the reviewer's name) and its execution's row."""
     quote = connection.ops.quote_name
     agents = Proposal._meta.get_field("agent").related_model._meta.db_table
     users = Decision._meta.get_field("reviewer").related_model._meta.db_table

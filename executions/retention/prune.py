@@ -33,13 +33,12 @@ from infrastructure.archive import (
     cutoff,
     days_of,
     delete_batched,
-    fetch,
     flag,
     iso_time,
     json_array,
     json_object,
     json_rows,
-    marks,
+    lines,
 )
 
 KIND = "output"  # the archive's output/YYYY-MM-DD.jsonl.gz
@@ -97,17 +96,14 @@ def _remove(summary: Summary, day: date, ids: list[int], entry: dict) -> None:
 
 
 def _lines(ids: list[int]) -> Iterator[str]:
-    """One archive line per execution with its chunks in order, written by the database a
-    few hundred executions at a time."""
-    for start in range(0, len(ids), EXECUTIONS_PER_READ):
-        batch = ids[start : start + EXECUTIONS_PER_READ]
-        for (line,) in fetch(_sql().replace("{keys}", marks(batch)), batch):
-            yield line
+    """Each execution's archive line, read a few hundred at a time."""
+    return lines(_sql(), ids, EXECUTIONS_PER_READ)
 
 
 @cache
 def _sql() -> str:
-    """The read of a batch's lines, naming its executions as ``{keys}``."""
+    """The read of a batch's lines, naming its executions as ``{keys}``: one line per
+    execution, with its chunks in order."""
     quote = connection.ops.quote_name
     chunks = json_rows(
         json_array(["c.seq", "c.stream", "c.data", iso_time("c.created_at")]),

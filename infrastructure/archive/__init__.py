@@ -27,6 +27,7 @@ from .rows import (
     json_object,
     json_row,
     json_rows,
+    lines,
     marks,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "json_object",
     "json_row",
     "json_rows",
+    "lines",
     "marks",
     "store_for",
 ]

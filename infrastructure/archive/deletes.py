@@ -17,9 +17,7 @@ from functools import cache
 from django.db import connection, connections, models, transaction
 from django.db.models import ProtectedError
 
-from .rows import marks
-
-KEYS = "{keys}"  # where a statement of a plan names the set of rows it acts on
+from .rows import KEYS, marks
 
 
 def delete_batched(rows, batch: int = 1000, last: Callable[[], object] | None = None) -> int:

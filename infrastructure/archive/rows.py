@@ -13,10 +13,11 @@ a pass.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from django.db import connection, models
 
+KEYS = "{keys}"  # where a statement names the set of rows it reads or acts on
 _PLAIN, _TIME, _JSON, _FLAG = range(4)
 # Pairs per call of a JSON object function: SQLite takes 127 arguments, PostgreSQL 100.
 _PAIRS_PER_CALL = 40
@@ -31,6 +32,15 @@ def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def lines(sql: str, keys: Sequence, per_read: int) -> Iterator[str]:
+    """The first column of ``sql``'s rows for ``keys``, read ``per_read`` keys at a time:
+    ``sql`` names the batch as ``KEYS`` (``… WHERE id IN ({keys})``)."""
+    for first in range(0, len(keys), per_read):
+        batch = keys[first : first + per_read]
+        for (line,) in fetch(sql.replace(KEYS, marks(batch)), batch):
+            yield line
 
 
 class Columns:
