@@ -12,11 +12,17 @@ web processes and the worker a far larger ``wal_autocheckpoint`` as a
 backstop (``SQLITE_WAL_AUTOCHECKPOINT``). Each round copies what the log
 holds without any lock (a passive checkpoint: writers go on appending and
 readers go on reading). A log is started over only by a writer that begins
-with every page of it copied, which under a steady stream of commits never
-happens by itself; so once the log is long, the round takes the writer lock
-for a second passive checkpoint, which has only the pages committed in the
-meantime to copy, and the next writer starts the log over. A writer that
-starts it over also cuts the file back to ``LOG_SIZE_LIMIT`` bytes
+with every page of it copied and no reader left reading from it, which
+under a steady stream of commits never happens by itself. So once the log
+is long, the round copies again, still without the lock, until a copy finds
+few new pages, and then takes the writer lock for a last checkpoint that
+copies those few and waits for no reader (``RESTART`` with no busy
+timeout): when no reader is left on the log, the next writer starts it
+over; when one is, the lock is given back at once and the round is tried
+again ``BUSY_INTERVAL_SECONDS`` later. So the lock is held for a few pages'
+copy, not for what a burst of commits (a retention pass's deletes) wrote
+meanwhile: that held every writer 10–20 ms a round. A writer that starts
+the log over also cuts the file back to ``LOG_SIZE_LIMIT`` bytes
 (``journal_size_limit``): without it the file kept the size of its longest
 burst, 30 MB after a minute of heavy load.
 """
@@ -32,7 +38,10 @@ import threading
 log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = 0.1
+BUSY_INTERVAL_SECONDS = 0.01  # between rounds while a long log could not be started over
 RESTART_PAGES = 1000  # SQLite's own autocheckpoint threshold
+LOCKED_PAGES = 256  # at most what is left to copy under the writer lock (about a millisecond)
+CATCH_UP_ROUNDS = 8  # copies without the lock before the round gives up on a restart
 BACKSTOP_PAGES = 20_000  # what writers checkpoint at when no checkpointer runs (~80 MB)
 # Bytes a log started over keeps: four times what it reaches between the
 # checkpointer's restarts, so only a burst's log is cut (and grown again).
@@ -67,28 +76,43 @@ class Checkpointer:
         self._thread.join()
 
     def _run(self) -> None:
-        connection = sqlite3.connect(self.database, isolation_level=None)
+        connection = sqlite3.connect(self.database, isolation_level=None, timeout=0)
         lock = open_writer_lock(self.database)
+        interval = self.interval
         try:
-            while not self._stop.wait(self.interval):
+            while not self._stop.wait(interval):
                 try:
-                    self.checkpoint(connection, lock)
+                    _, _, ready = self.checkpoint(connection, lock)
                 except sqlite3.Error:
                     log.exception("checkpoint of %s failed", self.database)
+                    ready = True
+                interval = self.interval if ready else min(self.interval, BUSY_INTERVAL_SECONDS)
         finally:
             connection.close()
             os.close(lock)
 
     @staticmethod
-    def checkpoint(connection: sqlite3.Connection, lock: int) -> tuple[int, int]:
-        """One round: (pages in the log, pages copied) after it."""
+    def checkpoint(connection: sqlite3.Connection, lock: int) -> tuple[int, int, bool]:
+        """One round: (pages in the log, pages copied, whether the log is short or the next
+        writer starts it over). ``connection`` should have no busy timeout: a reader in the
+        way is waited for by the next round, not under the writer lock."""
         _, pages, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        # Copied up to a moment writers have long moved past: the log starts over
-        # only for a writer that begins with every page of it copied.
-        if pages >= RESTART_PAGES:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                _, pages, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-        return pages, copied
+        if pages < RESTART_PAGES:
+            return pages, copied, True
+        # Writers went on committing while that copy ran: copy their pages as well, until a
+        # copy finds few new ones, so that the round under the lock has only those left.
+        for _ in range(CATCH_UP_ROUNDS):
+            if copied < pages:
+                return pages, copied, False  # a reader holds the copy back: no restart yet
+            before = copied
+            _, pages, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if copied == pages and pages - before <= LOCKED_PAGES:
+                break
+        else:
+            return pages, copied, False  # the writers outran the copies
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            busy, pages, copied = connection.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        return pages, copied, not busy

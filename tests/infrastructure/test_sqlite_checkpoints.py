@@ -63,8 +63,8 @@ def writer(database):
     writer.close()
 
 
-def one_round(database: str) -> tuple[int, int]:
-    connection = sqlite3.connect(database, isolation_level=None)
+def one_round(database: str) -> tuple[int, int, bool]:
+    connection = sqlite3.connect(database, isolation_level=None, timeout=0)
     lock = os.open(writer_lock_path(database), os.O_RDWR)
     try:
         return Checkpointer.checkpoint(connection, lock)
@@ -84,7 +84,7 @@ def test_a_short_log_is_copied_without_waiting_for_the_writer_lock(database, wri
         assert not round_.is_alive()
     finally:
         fcntl.flock(writer.lock, fcntl.LOCK_UN)
-    [(pages, copied)] = result
+    [(pages, copied, ready)] = result
     assert 50 < pages < RESTART_PAGES and copied == pages
 
 
@@ -101,12 +101,93 @@ def test_a_long_log_is_finished_under_the_writer_lock_and_then_starts_over(datab
     finally:
         fcntl.flock(writer.lock, fcntl.LOCK_UN)
     round_.join(5)
-    [(pages, copied)] = result
+    [(pages, copied, ready)] = result
     assert pages >= RESTART_PAGES and copied == pages
     writer.commit()
     assert writer.log_pages() < 10  # the next commit started the log over
     count = sqlite3.connect(database).execute("SELECT count(*) FROM rows").fetchone()[0]
     assert count == (RESTART_PAGES // 100 + 1) * 100 + 1
+
+
+def test_a_reader_in_the_way_costs_the_writers_nothing_and_the_next_round_restarts(
+    database, writer
+):
+    """A long log a reader still reads cannot start over: the round does not take the
+    writer lock to find that out, and once the reader is done a round makes it restart."""
+    for _ in range(RESTART_PAGES // 100 + 1):
+        writer.commit(pages=100)
+    reader = sqlite3.connect(database, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM rows").fetchone()  # reads as of now, from the log
+    writer.commit(pages=10)  # past what the reader sees: the copy stops short of it
+    fcntl.flock(writer.lock, fcntl.LOCK_EX)  # a writer is in the middle of a transaction
+    try:
+        result = []
+        round_ = threading.Thread(target=lambda: result.append(one_round(database)))
+        round_.start()
+        round_.join(5)
+        assert not round_.is_alive()  # it never queued for the writer lock
+    finally:
+        fcntl.flock(writer.lock, fcntl.LOCK_UN)
+    [(pages, copied, ready)] = result
+    assert pages >= RESTART_PAGES and copied < pages and not ready
+    reader.execute("COMMIT")
+    reader.close()
+    pages, copied, ready = one_round(database)
+    assert ready and copied == pages
+    writer.commit()
+    assert writer.log_pages() < 10  # the next commit started the log over
+
+
+def test_a_round_leaves_few_pages_to_copy_under_the_writer_lock(database, writer):
+    """Pages committed while the round copies are copied before it takes the lock."""
+    for _ in range(RESTART_PAGES // 100 + 1):
+        writer.commit(pages=100)
+    connection = sqlite3.connect(database, isolation_level=None, timeout=0)
+    lock = os.open(writer_lock_path(database), os.O_RDWR)
+    probe = os.open(writer_lock_path(database), os.O_RDWR)
+    copies = []
+    reader = sqlite3.connect(database, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM rows").fetchone()  # reads as of the end of the log
+
+    def locked() -> bool:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
+
+    class Rows:
+        def __init__(self, row):
+            self.fetchone = lambda: row
+
+    class Watched:  # the round's connection; 600 more pages are committed after its first copy
+        def execute(self, sql):
+            copies.append((sql, locked()))
+            [row] = connection.execute(sql).fetchall()
+            if len(copies) == 1:
+                for _ in range(6):
+                    writer.commit(pages=100)  # appended: the reader keeps the log from restarting
+                reader.execute("COMMIT")
+            return Rows(row)
+
+    try:
+        pages, copied, ready = Checkpointer.checkpoint(Watched(), lock)
+    finally:
+        connection.close()
+        reader.close()
+        os.close(lock)
+        os.close(probe)
+    assert ready and copied == pages
+    # the 600 pages were copied by a second copy without the lock; under it, nothing was left
+    assert copies == [
+        ("PRAGMA wal_checkpoint(PASSIVE)", False),
+        ("PRAGMA wal_checkpoint(PASSIVE)", False),
+        ("PRAGMA wal_checkpoint(PASSIVE)", False),
+        ("PRAGMA wal_checkpoint(RESTART)", True),
+    ]
 
 
 def test_under_a_steady_stream_of_commits_the_log_stays_short(database, writer):
