@@ -9,7 +9,8 @@ that ran (9 in 10 succeeded) and its output (``--chunks`` chunks), 15 %
 rejected by a reviewer, 10 % expired, 4 % denied by policy; a reviewer's
 decision for each one reviewed; and the audit records such a history makes
 (submitted, decided, finished), chained and keyed as every record is, so
-that ``verify_audit`` passes. Written in batches of 5,000 proposals, each in
+that ``verify_audit`` passes; the proposals indexed for search, as the
+periodic task keeps them. Written in batches of 5,000 proposals, each in
 one transaction that holds the audit chain's append lock, one ``executemany``
 per table (about 10,000 proposals a second on SQLite). Refuses a database
 that already holds proposals unless ``--add``.
@@ -90,6 +91,7 @@ class Command(BaseCommand):
             with transaction.atomic():
                 self._chain_end()
                 self._batch(first, min(first + BATCH, count), start, step, agents, reviewer, chunks)
+                Proposal.text_index.catch_up()  # what the periodic task would have done since
             if (first // BATCH) % 20 == 19:
                 self.stdout.write(f"{first + BATCH} proposals ({time.monotonic() - started:.0f} s)")
         with connection.cursor() as cursor:  # PostgreSQL's sequences past the ids given here
