@@ -2,8 +2,9 @@
 
 Sends every chunk after ``after`` as ``{"type": "chunk", seq, stream, data}``,
 then live chunks as they are broadcast, then ``{"type": "status", …}`` with
-the final status, and closes. Chunks are deduplicated and gaps are filled
-from the database by sequence number, so a client that reconnects with the
+the final status, and closes. Chunks are deduplicated, and gaps (and a burst
+told but not carried, ``output.chunks_message``) are filled from the database
+by sequence number, so a client that reconnects with the
 last seq it saw gets the rest with no gap and no duplicate.
 """
 
@@ -83,13 +84,13 @@ class ExecutionOutputConsumer(AsyncJsonWebsocketConsumer):
     async def output_chunks(self, event: dict) -> None:
         async with self._sending:
             chunks = [c for c in event["chunks"] if c["seq"] > self.last_seq]
-            if self.finished or not chunks:
+            if self.finished or (not chunks and event.get("last_seq", 0) <= self.last_seq):
                 return
-            if chunks[0]["seq"] == self.last_seq + 1:
+            if chunks and chunks[0]["seq"] == self.last_seq + 1:
                 for chunk in chunks:
                     await self._send_chunk(chunk)
                 return
-        await self.catch_up()  # a gap: the database has everything
+        await self.catch_up()  # a gap, or chunks told but not carried: the database has them
 
     async def execution_status(self, event: dict) -> None:
         if self.finished:

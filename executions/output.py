@@ -61,10 +61,27 @@ def until_committed(write: Callable[[], T], what: str) -> T:
 
 
 MAX_CHUNK_CHARS = 64 * 1024
+# A write's message carries its chunks up to this many characters; past it, only
+# the sequence number they end at, and followers read them from the database. A
+# burst's chunks were otherwise written twice (to their table and, encoded as
+# JSON, to the embedded channel layer's), which held the stream of long lines
+# to half the rate.
+CARRIED_CHARS = 256 * 1024
 
 
 def _size(chunks: Sequence[OutputChunk]) -> int:
     return sum(len(chunk.data.encode()) for chunk in chunks)
+
+
+def chunks_message(chunks: Sequence[OutputChunk]) -> dict:
+    """The broadcast of stored ``chunks``: ``last_seq``, and the chunks themselves unless
+    they hold more than ``CARRIED_CHARS`` (then ``chunks`` is empty: read them)."""
+    carried = sum(len(chunk.data) for chunk in chunks) <= CARRIED_CHARS
+    return {
+        "type": "output.chunks",
+        "last_seq": chunks[-1].seq,
+        "chunks": [chunk.as_message() for chunk in chunks] if carried else [],
+    }
 
 
 class FlushThreads:
@@ -215,10 +232,7 @@ class ExecutionRecorder(OutputSink):
         OutputChunk.objects.bulk_create(chunks)
         if counters:
             self.count(chunks)
-        broadcast_on_commit(
-            execution_group(self.execution_id),
-            {"type": "output.chunks", "chunks": [c.as_message() for c in chunks]},
-        )
+        broadcast_on_commit(execution_group(self.execution_id), chunks_message(chunks))
 
     def count(self, chunks: Sequence[OutputChunk]) -> None:
         """The execution's counters moved on past ``chunks`` (inside their transaction)."""

@@ -290,3 +290,88 @@ def test_output_left_at_an_end_that_comes_too_late_is_still_counted(agent_and_to
         11,
     )
     assert stored.output_text("stdout") == "first\nlate\n"
+
+
+def test_a_burst_is_told_by_where_it_ends_and_small_writes_carry_their_chunks(
+    agent_and_token, monkeypatch
+):
+    from executions import output
+    from executions.models import OutputChunk
+
+    told = []
+    monkeypatch.setattr(output, "broadcast_on_commit", lambda group, message: told.append(message))
+    execution_id = submit(agent_and_token[0], PRINT_LINE).proposal.execution_id
+    recorder = output.ExecutionRecorder(execution_id, cap_bytes=1 << 30)
+    recorder.stop()
+    line = "x" * 1023 + "\n"
+    small = [OutputChunk(execution_id=execution_id, seq=1, stream="stdout", data=line)]
+    burst = [
+        OutputChunk(execution_id=execution_id, seq=seq, stream="stdout", data=line * 64)
+        for seq in range(2, 2 + output.CARRIED_CHARS // (64 * 1024) + 1)
+    ]
+    with transaction.atomic():
+        recorder.store(small)
+        recorder.store(burst)
+    assert told[0] == {
+        "type": "output.chunks",
+        "last_seq": 1,
+        "chunks": [{"seq": 1, "stream": "stdout", "data": line}],
+    }
+    assert told[1] == {"type": "output.chunks", "last_seq": burst[-1].seq, "chunks": []}
+    assert OutputChunk.objects.filter(execution_id=execution_id).count() == 1 + len(burst)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scripts_allowed", "local_sandbox")
+async def test_output_told_but_not_carried_reaches_a_follower_as_it_comes(
+    agent_and_token, monkeypatch
+):
+    """Every write only says where its chunks end: the follower reads them, live."""
+    from executions import consumers, output
+
+    agent, token = agent_and_token
+    monkeypatch.setattr(output, "CARRIED_CHARS", 0)
+    monkeypatch.setattr(consumers, "SAFETY_SECONDS", 3600)  # only the messages can bring them
+    execution_id = await approved_execution(agent)
+    communicator = connect(execution_id, token)
+    assert (await communicator.connect())[0]
+    worker = threading.Thread(target=services.run, args=[execution_id])
+    worker.start()
+    try:
+        first = await receive_until(communicator, lambda m, ms: m["type"] == "chunk")
+        running_at_first_chunk = worker.is_alive()
+        rest = await receive_until(communicator, lambda m, ms: m["type"] == "status")
+    finally:
+        await asyncio.to_thread(worker.join)
+        await communicator.disconnect()
+    assert running_at_first_chunk  # told as it was written, not read at the end
+    chunks = [m for m in first + rest if m["type"] == "chunk"]
+    assert [c["seq"] for c in chunks] == list(range(1, len(chunks) + 1))
+    assert "".join(c["data"] for c in chunks) == EXPECTED
+    assert rest[-1]["status"] == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_tool_calls_follower_reads_chunks_told_but_not_carried(agent_and_token):
+    from approvals.agents.mcp.follow import OutputFollower
+    from executions.models import OutputChunk
+
+    execution_id = (
+        await database_sync_to_async(submit)(agent_and_token[0], PRINT_LINE)
+    ).proposal.execution_id
+    await database_sync_to_async(OutputChunk.objects.bulk_create)(
+        [
+            OutputChunk(execution_id=execution_id, seq=seq, stream="stdout", data=f"{seq}\n")
+            for seq in (1, 2, 3)
+        ]
+    )
+    passed = []
+
+    async def on_chunk(chunk):
+        passed.append(chunk["seq"])
+
+    follower = OutputFollower(execution_id, on_chunk, after=1)
+    await follower._handle({"type": "output.chunks", "last_seq": 1, "chunks": []})
+    assert passed == []  # nothing past what it saw
+    await follower._handle({"type": "output.chunks", "last_seq": 3, "chunks": []})
+    assert passed == [2, 3]

@@ -65,15 +65,15 @@ class OutputFollower:
         kind = message.get("type") if message is not None else None
         if kind == "output.chunks":
             chunks = [c for c in message.get("chunks", []) if c["seq"] > self.last_seq]
-            if not chunks:
+            if not chunks and message.get("last_seq", 0) <= self.last_seq:
                 return
-            if chunks[0]["seq"] == self.last_seq + 1:
+            if chunks and chunks[0]["seq"] == self.last_seq + 1:
                 for chunk in chunks:
                     await self._pass_on(chunk)
                 return
         elif kind == "execution.status" and not message.get("terminal"):
             return
-        await self._catch_up()  # a gap, the end, or the safety read
+        await self._catch_up()  # a gap, chunks told but not carried, the end, the safety read
 
     async def _catch_up(self) -> None:
         while not self.finished:
