@@ -48,7 +48,7 @@ RUN_ENV = {
     "NODE_DISABLE_COLORS": "1",
 }
 INTERPRETERS = {
-    "python": (["python3", "-I", "-S", "-u"], "main.py"),
+    "python": (["python3", "-I", "-S"], "main.py"),  # unbuffered by PY_BOOT
     "bash": (["bash", "--noprofile", "--norc"], "main.sh"),
     "javascript": (["node"], "main.js"),
 }
@@ -155,6 +155,8 @@ def write_code(request: dict, seq: int) -> tuple[list[str], str]:
     path = os.path.join(folder, filename)
     with open(path, "w", encoding="utf-8", errors="surrogatepass") as fh:
         fh.write(request["code"])
+    if request["language"] == "python":
+        return [*argv, "-c", PY_BOOT, path], path
     return [*argv, path], path
 
 
@@ -228,16 +230,36 @@ def prefer_for_oom(pid: int) -> None:
         fh.write("1000")
 
 
-# A Python interpreter started ahead of the next run (after the previous run's
-# clean-up), blocked on fd 3 until it is told which file to run: a run then
-# costs no interpreter start-up. It executes the file as __main__ would.
+# Every Python run starts here. Started ahead of the next run (after the
+# previous run's clean-up), it blocks on fd 3 until it is told which file to
+# run: a run then costs no interpreter start-up; started for a run, it is given
+# the file. It executes the file as __main__ would. Its stdout and stderr write
+# each write at once, as -u's do, but through a buffer: -u's streams drop the
+# rest of a write that a signal cuts short (larger than the pipe has room for,
+# while the script handles a signal), and a buffer writes it.
 PY_BOOT = """
 def _airlock_boot():
-    import sys
-    with open(3, encoding="utf-8") as f:
-        path = f.read()
-    if not path:
-        raise SystemExit(0)
+    import io, sys
+    class Prompt(io.BufferedWriter):
+        def write(self, data):
+            written = super().write(data)
+            self.flush()
+            return written
+    for name in ("stdout", "stderr"):
+        old = getattr(sys, name)
+        if old is not None:
+            raw = io.FileIO(old.fileno(), "w", closefd=False)
+            new = io.TextIOWrapper(Prompt(raw), encoding=old.encoding, errors=old.errors,
+                                   write_through=True)
+            setattr(sys, name, new)
+            setattr(sys, "__%s__" % name, new)
+    if len(sys.argv) > 1:
+        path = sys.argv[1]
+    else:
+        with open(3, encoding="utf-8") as f:
+            path = f.read()
+        if not path:
+            raise SystemExit(0)
     sys.argv[:] = [path]
     main = sys.modules["__main__"].__dict__
     del main["_airlock_boot"]

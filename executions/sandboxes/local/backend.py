@@ -163,7 +163,7 @@ class LocalSandbox(Sandbox):
     ) -> SandboxProcess:
         """Start ``code`` sandboxed; stdin is a pipe only for ``interactive`` (sessions).
 
-        ``warm`` starts the interpreter with ``WARM_LOADER`` instead: it waits
+        ``warm`` starts the interpreter with ``PY_LOADER`` and no script: it waits
         for its code on stdin (see ``_take_warm``).
         """
         program = resolve_program(language)
