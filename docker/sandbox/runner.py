@@ -237,45 +237,8 @@ def prefer_for_oom(pid: int) -> None:
 # each write at once, as -u's do, but through a buffer: -u's streams drop the
 # rest of a write that a signal cuts short (larger than the pipe has room for,
 # while the script handles a signal), and a buffer writes it.
-PY_BOOT = """
-def _airlock_boot():
-    import io, sys
-    class Prompt(io.BufferedWriter):
-        def write(self, data):
-            written = super().write(data)
-            self.flush()
-            return written
-    for name in ("stdout", "stderr"):
-        old = getattr(sys, name)
-        if old is not None:
-            raw = io.FileIO(old.fileno(), "w", closefd=False)
-            new = io.TextIOWrapper(Prompt(raw), encoding=old.encoding, errors=old.errors,
-                                   write_through=True)
-            setattr(sys, name, new)
-            setattr(sys, "__%s__" % name, new)
-    if len(sys.argv) > 1:
-        path = sys.argv[1]
-    else:
-        with open(3, encoding="utf-8") as f:
-            path = f.read()
-        if not path:
-            raise SystemExit(0)
-    sys.argv[:] = [path]
-    main = sys.modules["__main__"].__dict__
-    del main["_airlock_boot"]
-    main["__file__"], main["__cached__"] = path, None
-    with open(path, "rb") as f:
-        code = compile(f.read(), path, "exec", dont_inherit=True)
-    try:
-        exec(code, main)
-    except SystemExit:
-        raise
-    except BaseException as exc:
-        exc = exc.with_traceback(exc.__traceback__.tb_next)  # hide this frame
-        sys.excepthook(type(exc), exc, exc.__traceback__)
-        sys.exit(1)
-_airlock_boot()
-"""
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot.py")) as _boot:
+    PY_BOOT = _boot.read()  # given as -c: __main__ starts as a bare module
 RLIMITS = {
     "cpu": resource.RLIMIT_CPU,
     "fsize": resource.RLIMIT_FSIZE,
