@@ -73,18 +73,24 @@ def one_round(database: str) -> tuple[int, int, bool]:
         os.close(lock)
 
 
-def test_a_short_log_is_copied_without_waiting_for_the_writer_lock(database, writer):
-    writer.commit(pages=50)
+def round_while_a_writer_writes(database: str, writer: Writer) -> tuple[int, int, bool]:
+    """One round while ``writer`` holds the writer lock; it must end without queuing for it."""
     fcntl.flock(writer.lock, fcntl.LOCK_EX)  # a writer is in the middle of a transaction
     try:
         result = []
         round_ = threading.Thread(target=lambda: result.append(one_round(database)))
         round_.start()
         round_.join(5)
-        assert not round_.is_alive()
+        assert not round_.is_alive()  # it never queued for the writer lock
     finally:
         fcntl.flock(writer.lock, fcntl.LOCK_UN)
-    [(pages, copied, ready)] = result
+    [outcome] = result
+    return outcome
+
+
+def test_a_short_log_is_copied_without_waiting_for_the_writer_lock(database, writer):
+    writer.commit(pages=50)
+    pages, copied, ready = round_while_a_writer_writes(database, writer)
     assert 50 < pages < RESTART_PAGES and copied == pages
 
 
@@ -120,16 +126,7 @@ def test_a_reader_in_the_way_costs_the_writers_nothing_and_the_next_round_restar
     reader.execute("BEGIN")
     reader.execute("SELECT count(*) FROM rows").fetchone()  # reads as of now, from the log
     writer.commit(pages=10)  # past what the reader sees: the copy stops short of it
-    fcntl.flock(writer.lock, fcntl.LOCK_EX)  # a writer is in the middle of a transaction
-    try:
-        result = []
-        round_ = threading.Thread(target=lambda: result.append(one_round(database)))
-        round_.start()
-        round_.join(5)
-        assert not round_.is_alive()  # it never queued for the writer lock
-    finally:
-        fcntl.flock(writer.lock, fcntl.LOCK_UN)
-    [(pages, copied, ready)] = result
+    pages, copied, ready = round_while_a_writer_writes(database, writer)
     assert pages >= RESTART_PAGES and copied < pages and not ready
     reader.execute("COMMIT")
     reader.close()
