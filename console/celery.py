@@ -28,7 +28,7 @@ def _schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
             "task": "approvals.tasks.expire_pending",
             "schedule": 20.0,
         },
-        "index-text": {  # searches index the rest themselves
+        "index-text": {  # searches test what it has not reached against the rows
             "task": "approvals.tasks.index_text",
             "schedule": 10.0,
         },

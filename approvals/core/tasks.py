@@ -6,15 +6,6 @@ from approvals.core import escalation, services
 
 
 # Task names are the ones messages already in a broker carry: kept whatever the module.
-@shared_task(name="approvals.tasks.index_text", ignore_result=True)
-def index_text() -> int:
-    """Periodic: index the proposals written since the last search, off the search's
-    path (``infrastructure.text_index``; nothing to do on PostgreSQL)."""
-    from approvals.models import Proposal
-
-    return Proposal.text_index.catch_up()
-
-
 @shared_task(name="approvals.tasks.expire_pending", ignore_result=True)
 def expire_pending() -> dict:
     """Periodic: warn about proposals close to expiry, expire those past it, escalate those

@@ -39,6 +39,11 @@ class Busy(Exception):
 LOCK, LOCK_SECONDS = "retention:pass", 6 * 3600
 
 
+def running() -> bool:
+    """Whether a pass is under way (work that can wait, such as the search index's, waits)."""
+    return cache.get(LOCK) is not None
+
+
 def run(keep: Keep, archive: Archive, now: datetime | None = None) -> list[str]:
     token = uuid.uuid4().hex
     if not cache.add(LOCK, token, LOCK_SECONDS):

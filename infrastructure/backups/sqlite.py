@@ -7,6 +7,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from infrastructure.text_index import sqlite as text_index
+
 from .manifest import KEY, BackupError, checked, empty_or_new, write
 
 DATABASE = "airlock.sqlite3"
@@ -72,6 +74,8 @@ def restore(source: Path, database: Path, data_dir: Path, replace: bool = False)
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     for stale in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
         stale.unlink(missing_ok=True)
+    for stale in text_index.index_files(str(database)):  # built again from the rows
+        Path(stale).unlink(missing_ok=True)
     shutil.copyfile(source / DATABASE, database)
     os.chmod(database, 0o600)
     if KEY in manifest["files"]:

@@ -123,3 +123,19 @@ def test_a_backup_goes_only_into_a_new_or_empty_directory(tmp_path):
     assert unreachable.returncode != 0
     assert "cannot reach the database x" in unreachable.stderr
     assert not (tmp_path / "pg").exists()
+
+
+def test_a_restore_leaves_no_search_index_of_the_database_it_replaces(tmp_path):
+    """The index beside the database is not in a backup; one left there would answer for
+    rows the restored database does not hold. The worker builds it again."""
+    data = tmp_path / "data"
+    manage(data, "migrate", "--verbosity", "0")
+    catch_up = "from approvals.models import Proposal; print(Proposal.text_index.catch_up())"
+    manage(data, "shell", "-c", catch_up)
+    index = data / "airlock.sqlite3-text"
+    assert index.exists()
+    manage(data, "backup", str(tmp_path / "backup"))
+    manage(data, "restore", str(tmp_path / "backup"), "--replace")
+    assert not index.exists()
+    manage(data, "shell", "-c", catch_up)
+    assert index.exists()

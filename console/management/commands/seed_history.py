@@ -91,7 +91,7 @@ class Command(BaseCommand):
             with transaction.atomic():
                 self._chain_end()
                 self._batch(first, min(first + BATCH, count), start, step, agents, reviewer, chunks)
-                Proposal.text_index.catch_up()  # what the periodic task would have done since
+            Proposal.text_index.catch_up()  # what the periodic task would have done since
             if (first // BATCH) % 20 == 19:
                 self.stdout.write(f"{first + BATCH} proposals ({time.monotonic() - started:.0f} s)")
         with connection.cursor() as cursor:  # PostgreSQL's sequences past the ids given here
