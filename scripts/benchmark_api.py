@@ -27,11 +27,12 @@ deployment and a second one of the same size without the text index: what
 the index costs the write.
 
     .venv/bin/python scripts/benchmark_api.py [--clients 10] [--seconds 5] [--web-processes 1,2]
-                                              [--consoles 2]
+                                              [--consoles 2] [--scale] [--json PATH]
     .venv/bin/python scripts/benchmark_api.py --lists 10000,1000000 [--pages 200] [--scale]
 
-``--scale`` runs the lists on PostgreSQL + Redis (``--database-url``, ``--redis-url``:
-a fresh database for each size) instead of the embedded SQLite.
+``--scale`` runs on PostgreSQL + Redis (``--database-url``, ``--redis-url``: a fresh
+database for each web process count, or each size of ``--lists``) instead of the
+embedded SQLite. ``--json PATH`` also writes the figures to PATH as a JSON object.
 """
 
 from __future__ import annotations
@@ -55,11 +56,10 @@ sys.path.insert(0, str(ROOT))
 
 import websockets  # noqa: E402
 
-from scripts.benchmarking import lift_agent_limits, percentile  # noqa: E402
+from scripts.benchmarking import lift_agent_limits, percentile, write_json  # noqa: E402
 from tests.serving import (  # noqa: E402
     Server,
     manage,
-    reviewer_token,
     start_server,
     user_token,
 )
@@ -81,6 +81,15 @@ class Load:
     @property
     def rate(self) -> float:
         return len(self.latencies) / self.seconds
+
+    def figures(self) -> dict:
+        """What the tables print of it (``--json``)."""
+        return {
+            "rate": self.rate if self.seconds else None,
+            "p50_ms": statistics.median(self.latencies) * 1000,
+            "p95_ms": percentile(self.latencies, 0.95) * 1000,
+            "errors": {str(status): times for status, times in sorted(self.errors.items())},
+        }
 
 
 class Connection:
@@ -171,16 +180,20 @@ async def load_with_consoles(
     return result
 
 
-def measure(web_processes: int, clients: int, seconds: float, consoles: int) -> dict[str, Load]:
+def measure(
+    web_processes: int, clients: int, seconds: float, consoles: int, scale: dict | None = None
+) -> dict[str, Load]:
     create = {
         "action": "script.execute",
         "parameters": {"language": "python", "code": REVIEWED_CODE},
         "reason": "benchmark",
     }
     with tempfile.TemporaryDirectory(prefix="airlock-bench-") as data_dir:
-        server = start_server(Path(data_dir), serve_args=["--web-processes", str(web_processes)])
+        server = start_server(
+            Path(data_dir), serve_args=["--web-processes", str(web_processes)], extra_env=scale
+        )
         try:
-            lift_agent_limits(data_dir)
+            lift_agent_limits(data_dir, scale)
             status, proposal = server.api("POST", "/api/v1/proposals", create)
             assert status == 201 and proposal["status"] == "pending", proposal
             kinds = {
@@ -193,7 +206,7 @@ def measure(web_processes: int, clients: int, seconds: float, consoles: int) -> 
                 asyncio.run(load(server, method, path, body, clients, 1.0))  # warm every process
                 results[name] = asyncio.run(load(server, method, path, body, clients, seconds))
             if consoles:
-                token = reviewer_token(data_dir)
+                token = user_token(data_dir, "reviewer", env=scale)
                 results[f"POST /api/v1/proposals, {consoles} consoles open"] = asyncio.run(
                     load_with_consoles(server, token, consoles, create, clients, seconds)
                 )
@@ -426,13 +439,15 @@ async def sequential(
     return result
 
 
-def print_lists(sizes: list[int], pages: int, scale: dict | None, bare: dict | None) -> None:
+def print_lists(sizes: list[int], pages: int, scale: dict | None, bare: dict | None) -> dict:
     database = "PostgreSQL + Redis" if scale else "SQLite"
     print(f"pages of 100, {pages} reads each, one client; {database}; cores={os.cpu_count()}")
     print("| proposals | request | p50 ms | p95 ms | p50 vs floor | errors |")
     print("|---|---|---|---|---|---|")
+    figures = {}
     for size in sizes:
         results = measure_lists(size, pages, scale, bare)
+        figures[str(size)] = {name: result.figures() for name, result in results.items()}
         floor = statistics.median(next(iter(results.values())).latencies)
         for name, result in results.items():
             p50 = statistics.median(result.latencies)
@@ -442,6 +457,7 @@ def print_lists(sizes: list[int], pages: int, scale: dict | None, bare: dict | N
                 f"| {size:,} | {name} | {p50 * 1000:.1f} | {p95 * 1000:.1f} | "
                 f"{p50 / floor:.1f}× | {errors} |"
             )
+    return figures
 
 
 def main() -> None:
@@ -463,30 +479,45 @@ def main() -> None:
         help="comma-separated table sizes: measure the list endpoints at each instead",
     )
     parser.add_argument("--pages", type=int, default=200, help="reads per list request")
-    parser.add_argument("--scale", action="store_true", help="lists: PostgreSQL + Redis")
+    parser.add_argument("--scale", action="store_true", help="PostgreSQL + Redis")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
+    parser.add_argument("--json", help="also write the figures to this file, as JSON")
     args = parser.parse_args()
+    from scripts.benchmark_execution import scale_env
+
+    database = "PostgreSQL + Redis" if args.scale else "SQLite"
     if args.lists:
         sizes = [int(n) for n in args.lists.split(",")]
         if not args.scale:
-            print_lists(sizes, args.pages, None, None)
-            return
-        from scripts.benchmark_execution import scale_env
-
-        for size in sizes:  # fresh databases each
-            with (
-                scale_env(args.database_url, args.redis_url, "_lists") as env,
-                scale_env(args.database_url, args.redis_url, "_lists_bare") as bare,
-            ):
-                print_lists([size], args.pages, env, bare)
+            figures = print_lists(sizes, args.pages, None, None)
+        else:
+            figures = {}
+            for size in sizes:  # fresh databases each
+                with (
+                    scale_env(args.database_url, args.redis_url, "_lists") as env,
+                    scale_env(args.database_url, args.redis_url, "_lists_bare") as bare,
+                ):
+                    figures.update(print_lists([size], args.pages, env, bare))
+        write_json(args.json, {"database": database, "pages": args.pages, "lists": figures})
         return
     counts = sorted({int(n) for n in args.web_processes.split(",")})
-    print(f"clients={args.clients} seconds={args.seconds} cores={os.cpu_count()}")
+    print(
+        f"clients={args.clients} seconds={args.seconds} cores={os.cpu_count()}"
+        + (f" database={database}" if args.scale else "")
+    )
     print("| web processes | request | req/s | p50 ms | p95 ms | p50 vs floor | errors |")
     print("|---|---|---|---|---|---|---|")
+    figures = {}
     for count in counts:
-        results = measure(count, args.clients, args.seconds, args.consoles)
+        with contextlib.ExitStack() as stack:
+            scale = None
+            if args.scale:  # a fresh database each
+                scale = stack.enter_context(
+                    scale_env(args.database_url, args.redis_url, f"_load_{count}")
+                )
+            results = measure(count, args.clients, args.seconds, args.consoles, scale)
+        figures[str(count)] = {name: result.figures() for name, result in results.items()}
         floor = statistics.median(next(iter(results.values())).latencies)
         for name, result in results.items():
             p50 = statistics.median(result.latencies)
@@ -496,6 +527,10 @@ def main() -> None:
                 f"| {count} | {name} | {result.rate:.0f} | {p50 * 1000:.1f} | "
                 f"{p95 * 1000:.1f} | {p50 / floor:.1f}× | {errors} |"
             )
+    write_json(args.json, {
+        "database": database, "clients": args.clients, "seconds": args.seconds,
+        "web_processes": figures,
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ alternating blocks of ten so that both meet the host as it is in the same
 minute. Prints a table of medians and p95s and the overhead ratio.
 
     .venv/bin/python scripts/benchmark_execution.py [--runs 30] [--backend local] [--scale]
+                                                    [--json PATH]
 
 ``--scale`` runs the same against the scale deployment's parts: PostgreSQL
 (a database made for the run and dropped after it) and Redis as the broker
@@ -21,6 +22,8 @@ and channel layer (``--database-url``, ``--redis-url``).
 worktree add /tmp/before HEAD~1``): both deployments run at once and the
 proposals alternate between them, so each pair meets the host in the same
 moment; it prints both and the median of the pairs' differences.
+
+``--json PATH`` also writes the p50s and p95s (ms) to PATH as a JSON object.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ BLOCK = 10  # runs of one path in a row
 PAUSE_SECONDS = 0.3  # between blocks: the last run's background work ends
 sys.path.insert(0, str(ROOT))
 
-from scripts.benchmarking import percentile, run_in_sandbox  # noqa: E402
+from scripts.benchmarking import percentile, run_in_sandbox, write_json  # noqa: E402
 from tests.serving import Server, start_server  # noqa: E402
 
 FLOWS = {
@@ -106,6 +109,7 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout to compare, run alongside")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
+    parser.add_argument("--json", help="also write the figures to this file, as JSON")
     args = parser.parse_args()
     checkouts = {"this checkout": ROOT}
     if args.against:
@@ -159,6 +163,15 @@ def main() -> None:
             f"\nthis checkout − {args.against}, per pair: median "
             f"{statistics.median(differences) * 1000:+.1f} ms; faster in {faster} of {len(differences)}"
         )
+    write_json(args.json, {
+        "backend": args.backend, "runs": args.runs, "deployment": deployment, "flow": args.flow,
+        "sandbox": summary(sandbox),
+        "proposal_to_result": {name: summary(values) for name, values in times.items()},
+    })  # fmt: skip
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": statistics.median(values) * 1000, "p95_ms": percentile(values, 0.95) * 1000}
 
 
 if __name__ == "__main__":

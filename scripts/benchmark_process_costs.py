@@ -5,16 +5,23 @@ For each backend (``docker``, ``gvisor``), one run of a probe inside a warm
 container times what a run is made of — a fork of a Python process, a spawn
 (``posix_spawn``) of ``/bin/true`` and of ``python3 -I -S``, a fork and exec
 of the same, and a fork of a booted interpreter that has imported nothing —
-then ``print(1)`` through the backend, back to back and 0.3 s apart. Medians.
+then ``print(1)`` through the backend, back to back and 0.3 s apart, and right after
+them the baseline: ``/usr/bin/python3 -I -S -c 'print(1)'`` spawned on the host, back
+to back. Medians. ``local`` may be named too (its column is a run of the local backend).
 
     .venv/bin/python scripts/benchmark_process_costs.py [--backends docker,gvisor] [--runs 30]
+                                                        [--json PATH]
+
+``--json PATH`` also writes the medians (ms) to PATH as a JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.benchmarking import run_in_sandbox  # noqa: E402
+from scripts.benchmarking import run_in_sandbox, write_json  # noqa: E402
 
 PROBE = r"""
 import json, os, statistics, time
@@ -76,10 +83,26 @@ def runs_ms(backend: str, runs: int, gap: float) -> float:
     return statistics.median(times)
 
 
+# Debian's interpreter, as in the sandbox image (scripts/benchmark_sandboxes.py: system_python).
+BARE_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+BARE_SPAWN = "spawn `python3 -I -S -c 'print(1)'` on the host, back to back (the baseline)"
+
+
+def bare_spawn_ms(runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        done = subprocess.run([BARE_PYTHON, "-I", "-S", "-c", "print(1)"], capture_output=True)
+        times.append((time.perf_counter() - start) * 1000)
+        assert done.stdout == b"1\n", done
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", default="docker,gvisor")
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--json", help="also write the medians to this file, as JSON")
     args = parser.parse_args()
     backends = args.backends.split(",")
     rows: dict[str, dict[str, float]] = {}
@@ -94,10 +117,12 @@ def main() -> None:
         rows.setdefault("`print(1)` through the backend, 0.3 s apart", {})[backend] = runs_ms(
             backend, args.runs, 0.3
         )
+        rows.setdefault(BARE_SPAWN, {})[backend] = bare_spawn_ms(args.runs)
     print("| inside a warm container | " + " | ".join(f"{b} p50 ms" for b in backends) + " |")
     print("|---|" + "---:|" * len(backends))
     for what, by_backend in rows.items():
         print(f"| {what} | " + " | ".join(f"{by_backend[b]:.1f}" for b in backends) + " |")
+    write_json(args.json, {"runs": args.runs, "bare_python": BARE_PYTHON, "medians_ms": rows})
 
 
 if __name__ == "__main__":

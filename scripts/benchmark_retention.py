@@ -20,6 +20,9 @@ it (``--executions 0 --proposals 1000000 --history-days 365 --audit-days none``)
 
     .venv/bin/python scripts/benchmark_retention.py [--executions 2000] [--chunks 50]
         [--proposals 20000] [--history-days 120] [--audit-days 30|none] [--seconds 8]
+        [--json PATH]
+
+``--json PATH`` also writes the figures to PATH as a JSON object.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchmarking import percentile  # noqa: E402
+from benchmarking import percentile, write_json  # noqa: E402
 
 from infrastructure.sqlite.checkpoints import BACKSTOP_PAGES, Checkpointer  # noqa: E402
 
@@ -158,6 +161,15 @@ def _row(name: str, latencies: list[float]) -> str:
     )
 
 
+def _figures(latencies: list[float]) -> dict:
+    return {
+        "n": len(latencies),
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
+        "worst_ms": max(latencies),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--executions", type=int, default=2000)
@@ -166,6 +178,7 @@ def main() -> None:
     parser.add_argument("--history-days", type=int, default=120)
     parser.add_argument("--audit-days", default="30", help="days of audit records kept, or none")
     parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--json", help="also write the figures to this file, as JSON")
     parser.add_argument("--writer", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -246,6 +259,16 @@ def main() -> None:
         f"backup: {backup_took:.1f} s; worst write {max(backed_up):.1f} ms, "
         f"p99 {percentile(backed_up, 0.99) / percentile(baseline, 0.99):.2f}x"
     )
+    write_json(args.json, {
+        "executions": args.executions, "chunks": total, "proposals": args.proposals,
+        "history_days": args.history_days, "audit_days": args.audit_days,
+        "pass_seconds": took, "index_caught_up_seconds": caught_up, "index_rows": indexing.rows,
+        "backup_seconds": backup_took, "retention_output": done.stdout.strip().splitlines(),
+        "writes": {
+            "alone": _figures(baseline), "during_pass": _figures(loaded),
+            "while_index_drops": _figures(indexed), "during_backup": _figures(backed_up),
+        },
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

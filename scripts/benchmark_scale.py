@@ -23,6 +23,8 @@ result and the run itself (the execution's ``duration_ms``), p50 and p95, one
 agent at a time on a 1-web, 1-worker stack. Beside them, the proxy alone: the
 same keep-alive sandbox run in this process straight on the engine and through
 a gate process (``python -m dockergate``); it may add at most 10% to the p50.
+
+``--json PATH`` also writes the figures to PATH as a JSON object (latencies in ms).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # benchmarking imports tests.serving
 sys.path.insert(0, str(ROOT / "scripts"))
-from benchmarking import percentile  # noqa: E402
+from benchmarking import percentile, write_json  # noqa: E402
 
 STACK = ROOT / "docker" / "stack"
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "lost"}
@@ -151,6 +154,17 @@ def measure(env: dict, size: str, agents: int, seconds: float) -> Run:
     return run
 
 
+def figures(run: Run) -> dict:
+    decisions = [s.decision * 1000 for s in run.samples] or [0.0]
+    results = [s.result * 1000 for s in run.samples if s.result is not None] or [0.0]
+    return {
+        "proposals_per_s": run.rate(), "results_per_s": run.rate(finished=True),
+        "decision_p50_ms": percentile(decisions, 0.5), "decision_p95_ms": percentile(decisions, 0.95),
+        "result_p50_ms": percentile(results, 0.5), "result_p95_ms": percentile(results, 0.95),
+        "lost": run.lost, "errors": run.errors,
+    }  # fmt: skip
+
+
 def row(run: Run) -> str:
     decisions = [s.decision * 1000 for s in run.samples] or [0.0]
     results = [s.result * 1000 for s in run.samples if s.result is not None] or [0.0]
@@ -244,7 +258,10 @@ def sandbox_runs(backend: str, runs: int) -> dict[str, list[float]]:
     return times
 
 
-def compare_backends(env: dict, backends: list[str], runs: int) -> list[str]:
+def compare_backends(
+    env: dict, backends: list[str], runs: int, measured: dict | None = None
+) -> list[str]:
+    """The table's lines; ``measured`` (when given) gets the same figures by backend."""
     sys.path.insert(0, str(ROOT))
     import tempfile
 
@@ -273,15 +290,25 @@ def compare_backends(env: dict, backends: list[str], runs: int) -> list[str]:
             finally:
                 server.stop()
         proxy = sandbox_runs(backend, runs)
+        figures = {} if measured is None else measured.setdefault(backend, {})
         for name, values in samples.items():
             total = [v[0] * 1000 for v in values]
             run_ms = [v[1] * 1000 for v in values]
+            figures[name] = {
+                "proposal_to_result_p50_ms": percentile(total, 0.5),
+                "proposal_to_result_p95_ms": percentile(total, 0.95),
+                "run_p50_ms": percentile(run_ms, 0.5), "run_p95_ms": percentile(run_ms, 0.95),
+            }  # fmt: skip
             lines.append(
                 f"| {backend} | {name} | {percentile(total, 0.5):.0f} | {percentile(total, 0.95):.0f} "
                 f"| {percentile(run_ms, 0.5):.1f} | {percentile(run_ms, 0.95):.1f} |"
             )
         for name, values in proxy.items():
             ms = [v * 1000 for v in values]
+            figures[f"sandbox run, {name}"] = {
+                "run_p50_ms": percentile(ms, 0.5),
+                "run_p95_ms": percentile(ms, 0.95),
+            }
             where = (
                 "sandbox run, straight on the engine"
                 if name == "engine"
@@ -294,6 +321,7 @@ def compare_backends(env: dict, backends: list[str], runs: int) -> list[str]:
         compose_ratio = percentile([v[1] for v in samples["compose"]], 0.5) / percentile(
             [v[1] for v in samples["embedded"]], 0.5
         )
+        figures.update(gate_over_engine=ratio, compose_over_embedded_run=compose_ratio)
         lines.append(
             f"| {backend} | gate / engine, run p50: **{ratio:.2f}** ({'within' if ratio <= 1.10 else 'OVER'} 10%); "
             f"compose / embedded, run p50: {compose_ratio:.2f} | | | | |"
@@ -310,6 +338,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     parser.add_argument("--backends", default="", help="docker,gvisor: compose beside embedded")
     parser.add_argument("--runs", type=int, default=60, help="proposals per place (--backends)")
+    parser.add_argument("--json", help="also write the figures to this file, as JSON")
     args = parser.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if set(backends) - {"docker", "gvisor"} or not 10 <= args.runs <= 1000:
@@ -328,8 +357,9 @@ def main() -> int:
         "AIRLOCK_BIND": "127.0.0.1",
     }
     if backends:
+        measured: dict = {}
         try:
-            lines = compare_backends(env, backends, args.runs)
+            lines = compare_backends(env, backends, args.runs, measured)
         finally:
             if not args.keep:
                 stack(env, "down")
@@ -339,6 +369,7 @@ def main() -> int:
             "|---|---|---|---|---|---|"
         )
         print("\n".join(lines))
+        write_json(args.json, {"runs": args.runs, "backends": measured})
         return 0
     runs = []
     try:
@@ -368,6 +399,10 @@ def main() -> int:
             print(f"- results/s {label}: {ratio:.2f}")
     lost = sum(run.lost for run in runs)
     print(f"\nlost = {lost}")
+    write_json(args.json, {
+        "agents": args.agents, "seconds": args.seconds,
+        "sizes": {run.size: figures(run) for run in runs},
+    })  # fmt: skip
     return 1 if lost else 0
 
 

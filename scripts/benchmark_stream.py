@@ -13,6 +13,9 @@ Starts ``manage.py serve`` on a fresh data dir, then:
   the latency is the client's clock on arrival minus the printed one.
 
     .venv/bin/python scripts/benchmark_stream.py [--mib 8] [--lines 40] [--backend local]
+                                                 [--json PATH]
+
+``--json PATH`` also writes the figures to PATH as a JSON object.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.benchmarking import percentile, run_in_sandbox  # noqa: E402
+from scripts.benchmarking import percentile, run_in_sandbox, write_json  # noqa: E402
 from tests.serving import Server, start_server  # noqa: E402
 
 SHORT, LONG = 80, 64 * 1024
@@ -127,6 +130,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=40)
     parser.add_argument("--runs", type=int, default=3, help="throughput runs per kind (median)")
     parser.add_argument("--backend", default="local")
+    parser.add_argument("--json", help="also write the figures to this file, as JSON")
     args = parser.parse_args()
     cap = str((args.mib + 1) * 1024 * 1024)
     kinds = {"short lines (80 B)": SHORT, "long lines (64 KiB)": LONG}
@@ -160,6 +164,17 @@ def main() -> None:
         f"| {len(latencies)} lines | {statistics.median(latencies) * 1000:.1f} | "
         f"{percentile(latencies, 0.95) * 1000:.1f} | {max(latencies) * 1000:.1f} |"
     )
+    write_json(args.json, {
+        "backend": args.backend, "mib": args.mib, "runs": args.runs,
+        "throughput_mb_s": {name: {
+            "sandbox_alone": statistics.median(alone[name]) / mb,
+            "websocket": statistics.median(streamed[name]) / mb,
+        } for name in kinds},
+        "first_line_ms": {
+            "lines": len(latencies), "p50": statistics.median(latencies) * 1000,
+            "p95": percentile(latencies, 0.95) * 1000, "max": max(latencies) * 1000,
+        },
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

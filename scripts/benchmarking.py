@@ -1,8 +1,11 @@
-"""What the benchmark scripts share: percentiles and a run in the sandbox alone (the baseline)."""
+"""What the benchmark scripts share: percentiles, a run in the sandbox alone (the baseline),
+and ``--json PATH``: the figures a script printed, written as one JSON object."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 from tests.serving import lift_agent_limits  # noqa: F401 - the benchmarks use it from here
 
@@ -24,3 +27,9 @@ def run_in_sandbox(backend: str, code: str, cap_bytes: int = 1024 * 1024):
     sink = MemorySink(cap_bytes=cap_bytes)
     get_sandbox(backend).run(RunRequest("python", code), sink)
     return sink
+
+
+def write_json(path: str | None, figures: dict) -> None:
+    """Write ``figures`` to ``path`` as JSON (``--json PATH``); nothing when ``path`` is None."""
+    if path:
+        Path(path).write_text(json.dumps(figures, indent=1) + "\n")
