@@ -12,10 +12,10 @@ notes what changed:
 - **Catching up** (``catch_up``; the periodic task, and after a seed): read a batch
   of notes with their rows' text as committed, write them into the index
   under the index file's lock (a row's entry replaced, or removed when the row
-  is gone), record the last note applied (``applied``), and only then delete
-  those notes from the database, a short write under its lock. A process that
-  dies in between leaves notes the index already holds: applying them again
-  changes nothing.
+  is gone) with the last note applied (``applied``). The notes a run applied
+  are deleted from the database at the start of the run after next, a short
+  write under its lock: a search that read the index just before a run
+  still finds the notes after what it read.
 - **A search** reads the ids matching in the index and ``applied`` in one read;
   a row with a note after ``applied`` is tested against its own text instead
   (``Notes``), so the answer is the table's as it is now, however far behind
@@ -48,8 +48,8 @@ from infrastructure.sqlite.checkpoints import open_writer_lock
 BATCH = 2000  # notes, or rows while building, per index transaction
 SUFFIX = "-text"
 _META = (
-    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, source TEXT NOT NULL, "
-    "applied INTEGER NOT NULL, built_to INTEGER)"
+    "CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, source TEXT NOT NULL, "
+    "applied INTEGER NOT NULL, built_to INTEGER, forget_to INTEGER NOT NULL DEFAULT 0)"
 )
 _local = threading.local()
 
@@ -200,7 +200,7 @@ def find(db, names: Names, phrase: str, limit: int) -> Found | None:
     try:
         index.execute("BEGIN")
         meta = index.execute(
-            "SELECT source, applied, built_to FROM meta WHERE name = ?", (names.fts,)
+            "SELECT source, applied, built_to FROM state WHERE name = ?", (names.fts,)
         ).fetchone()
         if meta is None or meta[0] != token or meta[2] is not None or meta[1] > counter:
             return None
@@ -208,7 +208,7 @@ def find(db, names: Names, phrase: str, limit: int) -> Found | None:
             f'SELECT rowid FROM "{names.fts}" WHERE "{names.fts}" MATCH ? LIMIT ?',
             (phrase, limit),
         ).fetchall()
-    except sqlite3.OperationalError:  # no meta table yet: a file being made
+    except sqlite3.OperationalError:  # no state table yet: a file being made
         return None
     finally:
         if index.in_transaction:
@@ -252,13 +252,21 @@ class _Catching:
         if token is None:
             return 0
         meta = self.index.execute(
-            "SELECT source, applied, built_to FROM meta WHERE name = ?", (names.fts,)
+            "SELECT source, applied, built_to, forget_to FROM state WHERE name = ?", (names.fts,)
         ).fetchone()
         if meta is None or meta[0] != token or meta[1] > counter:
             meta = self._start_building(token, counter)
-        _, applied, built_to = meta
+        _, applied, built_to, forget_to = meta
         done = 0
-        self._forget(applied)  # notes applied by a catch-up that stopped before forgetting them
+        # A search reads the index, then the notes after what it had applied: a note is
+        # deleted a run after the one that applied it, so a search that read the index
+        # before that run still finds it.
+        self._forget(forget_to)
+        if forget_to != applied:
+            with self._writing():
+                self.index.execute(
+                    "UPDATE state SET forget_to = ? WHERE name = ?", (applied, names.fts)
+                )
         while self.deadline is None or time.monotonic() < self.deadline:
             if built_to is not None:
                 count, built_to = self._build_step(built_to)
@@ -280,10 +288,10 @@ class _Catching:
                 "tokenize='trigram', columnsize=0)"
             )
             self.index.execute(
-                "INSERT OR REPLACE INTO meta(name, source, applied, built_to) VALUES (?, ?, ?, 0)",
+                "INSERT OR REPLACE INTO state(name, source, applied, built_to) VALUES (?, ?, ?, 0)",
                 (names.fts, token, counter),
             )
-        return token, counter, 0
+        return token, counter, 0, 0
 
     def _build_step(self, after: int) -> tuple[int, int | None]:
         names = self.names
@@ -294,7 +302,9 @@ class _Catching:
         built_to = rows[-1][0] if rows else None
         with self._writing():
             self._put(rows)
-            self.index.execute("UPDATE meta SET built_to = ? WHERE name = ?", (built_to, names.fts))
+            self.index.execute(
+                "UPDATE state SET built_to = ? WHERE name = ?", (built_to, names.fts)
+            )
         return len(rows), built_to
 
     def _apply_step(self, applied: int) -> tuple[int, int]:
@@ -315,8 +325,7 @@ class _Catching:
                 f'DELETE FROM "{names.fts}" WHERE rowid = ?', [(rowid,) for rowid in rows]
             )
             self._put([(rowid, *row[1:]) for rowid, row in rows.items() if row[0]])
-            self.index.execute("UPDATE meta SET applied = ? WHERE name = ?", (last, names.fts))
-        self._forget(last)
+            self.index.execute("UPDATE state SET applied = ? WHERE name = ?", (last, names.fts))
         return len(rows), last
 
     def _put(self, rows: list[tuple]) -> None:
@@ -328,7 +337,8 @@ class _Catching:
         )
 
     def _forget(self, applied: int) -> None:
-        """Delete the notes the index holds: a short write, under the database's lock."""
+        """Delete the notes up to ``applied``, which the index holds: a short write, under
+        the database's lock."""
         held = f'SELECT EXISTS (SELECT 1 FROM "{self.names.pending}" WHERE seq <= ?)'
         if not self.main.execute(held, (applied,)).fetchone()[0]:
             return
