@@ -259,8 +259,8 @@ class _Catching:
         _, applied, built_to, forget_to = meta
         done = 0
         # A search reads the index, then the notes after what it had applied: a note is
-        # deleted a run after the one that applied it, so a search that read the index
-        # before that run still finds it.
+        # deleted by the second run after the one that applied it, so a search that read
+        # the index before the run that applied it still finds it.
         self._forget(forget_to)
         if forget_to != applied:
             with self._writing():

@@ -131,7 +131,9 @@ def test_a_periodic_task_indexes_what_was_written_off_the_searches_path(agent, r
     assert index_text() == 0
     assert found(reviewer_api, "nginx") == {written.pk}
     if connection.vendor == "sqlite":
-        assert noted() == 2  # kept a run longer, for searches that read the index before it
+        assert (
+            noted() == 2
+        )  # kept until the second run after, for searches that read the index before
         index_text()
         assert noted() == 0  # then gone from the database
     assert_index_matches_the_table()
