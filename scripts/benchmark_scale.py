@@ -166,13 +166,12 @@ def figures(run: Run) -> dict:
 
 
 def row(run: Run) -> str:
-    decisions = [s.decision * 1000 for s in run.samples] or [0.0]
-    results = [s.result * 1000 for s in run.samples if s.result is not None] or [0.0]
+    f = figures(run)
     web, workers = run.size.split("x")
     return (
-        f"| {web} | {workers} | {run.rate():.1f} | {run.rate(finished=True):.1f} "
-        f"| {percentile(decisions, 0.5):.0f} | {percentile(decisions, 0.95):.0f} "
-        f"| {percentile(results, 0.5):.0f} | {percentile(results, 0.95):.0f} "
+        f"| {web} | {workers} | {f['proposals_per_s']:.1f} | {f['results_per_s']:.1f} "
+        f"| {f['decision_p50_ms']:.0f} | {f['decision_p95_ms']:.0f} "
+        f"| {f['result_p50_ms']:.0f} | {f['result_p95_ms']:.0f} "
         f"| {run.lost} | {run.errors} |"
     )
 
